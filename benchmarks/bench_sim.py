@@ -1,0 +1,75 @@
+"""Simulator throughput: concurrent 50 tok/s streams vs the simulator's send-schedule lag.
+
+Run: .venv/bin/python -m benchmarks.bench_sim [--levels 100,200,300,400]
+Prints events/s, lag p50/p99 (the simulator's own, from /sim/stats) and its CPU%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+
+import httpx
+
+from benchmarks.rawload import run_streams
+from harness.proc import free_port, start_sim, stop_group, wait_http
+from harness.sim.settings import SimSettings
+
+
+def measure(url: str, host: str, port: int, streams: int, seconds: float, itl_s: float) -> dict:
+    ramp_s = 1.0
+    tokens = int((seconds + ramp_s) / itl_s)
+    marks = {}
+
+    def ramped():
+        httpx.delete(url + "/sim/stats")
+        marks["t0"] = time.monotonic()
+
+    asyncio.run(run_streams(host, port, streams, tokens, ramp_s, ramped))
+    stats = httpx.get(url + "/sim/stats").json()
+    return {
+        "streams": streams,
+        "events_per_s": stats["events_sent"] / stats["wall_s"],
+        "lag_p50_ms": (stats["lag_p50_s"] or 0) * 1000,
+        "lag_p99_ms": (stats["lag_p99_s"] or 0) * 1000,
+        "cpu_pct": 100 * stats["cpu_s"] / stats["wall_s"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--levels", default="100,200,300,400,500")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--itl-s", type=float, default=0.02)
+    ap.add_argument("--lag-goal-ms", type=float, default=5.0)
+    args = ap.parse_args()
+    settings = SimSettings(port=free_port(), ttft_s=0.01, itl_s=args.itl_s, max_num_seqs=4096)
+    proc = start_sim(settings)
+    url = f"http://127.0.0.1:{settings.port}"
+    try:
+        wait_http(url + "/health", proc=proc)
+        best = None
+        print(f"{'streams':>8} {'events/s':>10} {'lag p50 ms':>11} {'lag p99 ms':>11} {'CPU%':>6}")
+        for level in (int(x) for x in args.levels.split(",")):
+            r = measure(url, "127.0.0.1", settings.port, level, args.seconds, args.itl_s)
+            print(
+                f"{r['streams']:>8} {r['events_per_s']:>10.0f} {r['lag_p50_ms']:>11.2f} "
+                f"{r['lag_p99_ms']:>11.2f} {r['cpu_pct']:>6.0f}"
+            )
+            if r["lag_p99_ms"] < args.lag_goal_ms:
+                best = r
+        if best:
+            print(
+                f"largest load under {args.lag_goal_ms} ms p99 lag: {best['streams']} streams, "
+                f"{best['events_per_s']:.0f} events/s"
+            )
+        else:
+            print(f"no level held p99 lag under {args.lag_goal_ms} ms")
+    finally:
+        stop_group(proc, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""rollcheck: chaos and rollout test harness for LLM inference on Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""rollcheck pytest plugin: options, markers, fixtures and report hooks."""

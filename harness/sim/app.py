@@ -1,0 +1,603 @@
+"""The vLLM-compatible engine: a raw ASGI app with a sequence-slot scheduler.
+
+Behaviour follows vLLM's OpenAI server (see shared facts): the role chunk,
+content chunks, a finish chunk, an optional usage chunk and `data: [DONE]`;
+errors mid-stream as `{"error": {...}}` followed by [DONE]; a SIGTERM drain
+that keeps accepting connections and keeps /health at 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import random
+import resource
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from harness.sim import text
+from harness.sim.settings import FAULT_KINDS, SimSettings
+
+Scope = dict
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+FAULT_HEADER = "x-rollcheck-fault"
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.status, self.message, self.err_type = status, message, err_type
+
+
+def error_body(status: int, message: str, err_type: str) -> bytes:
+    # vLLM >= 0.10.1 error shape.
+    return json.dumps(
+        {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+    ).encode()
+
+
+@dataclass
+class Fault:
+    kind: str
+    after_tokens: int = 0
+    status: int = 503
+
+
+def parse_fault(value: str) -> Fault:
+    """`kind` or `kind=N` (N: tokens before a mid-stream fault, or the HTTP status)."""
+    kind, _, arg = value.strip().partition("=")
+    if kind not in FAULT_KINDS:
+        raise BadRequest(400, f"unknown fault {kind!r}; use one of {', '.join(FAULT_KINDS)}")
+    try:
+        n = int(arg) if arg else None
+    except ValueError:
+        raise BadRequest(400, f"fault argument must be a number: {value!r}") from None
+    if kind == "http_error":
+        return Fault(kind, status=n or 503)
+    return Fault(kind, after_tokens=3 if n is None else n)
+
+
+@dataclass(eq=False)
+class Stream:
+    """One in-flight request, as the engine sees it."""
+
+    request_id: str
+    ending: str | None = None  # set on shutdown: "abort", "legacy" or "hang"
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Metrics:
+    def __init__(self, model: str):
+        self.registry = CollectorRegistry()
+        labels = {"model_name": model, "engine": "0"}
+        names = list(labels)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
+
+        self.running = gauge("vllm:num_requests_running", "Requests in decode.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting for a slot.")
+        self.kv_cache = gauge("vllm:kv_cache_usage_perc", "KV cache usage (0-1).")
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "TTFT.", names, registry=self.registry
+        ).labels(**labels)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "E2E latency.", names, registry=self.registry
+        ).labels(**labels)
+        self._success = Counter(
+            "vllm:request_success_total",
+            "Finished requests.",
+            names + ["finished_reason"],
+            registry=self.registry,
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens_total", "Generated tokens.", names, registry=self.registry
+        ).labels(**labels)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens_total", "Prompt tokens.", names, registry=self.registry
+        ).labels(**labels)
+        self._labels = labels
+
+    def success(self, reason: str) -> None:
+        self._success.labels(**self._labels, finished_reason=reason).inc()
+
+
+class Engine:
+    """Sequence slots, a FIFO waiting queue and the shutdown state machine."""
+
+    def __init__(self, settings: SimSettings, on_exit: Callable[[], None]):
+        self.s = settings
+        self.on_exit = on_exit
+        self.ready = settings.startup_s == 0
+        self.draining = False
+        self.running = 0
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.streams: set[Stream] = set()
+        self.metrics = Metrics(settings.model)
+        self.rng = random.Random(settings.seed)
+        self.lag_s: collections.deque[float] = collections.deque(maxlen=200_000)
+        self.events_sent = 0
+        self._t0 = time.monotonic()
+        self._cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+
+    # --- slots -------------------------------------------------------------
+    async def admit(self, stream: Stream) -> bool:
+        """Wait for a sequence slot; False if the stream was ended while waiting."""
+        if self.running < self.s.max_num_seqs and not self.waiting:
+            self._take_slot()
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting.append(fut)
+        self.metrics.waiting.set(len(self.waiting))
+        ender = asyncio.ensure_future(stream.woken.wait())
+        try:
+            await asyncio.wait({fut, ender}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ender.cancel()
+        if fut.done() and not fut.cancelled():
+            return True  # the slot was handed over by release()
+        fut.cancel()
+        self.waiting.remove(fut)
+        self.metrics.waiting.set(len(self.waiting))
+        return False
+
+    def _take_slot(self) -> None:
+        self.running += 1
+        self.metrics.running.set(self.running)
+        self.metrics.kv_cache.set(self.running / self.s.max_num_seqs)
+
+    def release(self) -> None:
+        self.running -= 1
+        while self.waiting:
+            fut = self.waiting.popleft()
+            if not fut.done():
+                self._take_slot()
+                fut.set_result(None)
+                break
+        self.metrics.waiting.set(len(self.waiting))
+        self.metrics.running.set(self.running)
+        self.metrics.kv_cache.set(self.running / self.s.max_num_seqs)
+
+    # --- shutdown ----------------------------------------------------------
+    def begin_shutdown(self) -> None:
+        """SIGTERM, as vLLM v0.18+ (or older, per shutdown_mode) handles it."""
+        if self.draining:
+            return
+        self.draining = True
+        if self.s.shutdown_timeout > 0:
+            asyncio.get_running_loop().call_later(self.s.shutdown_timeout, self._end_all, "abort")
+        else:
+            self._end_all(self.s.shutdown_mode)
+        self.maybe_exit()
+
+    def _end_all(self, how: str) -> None:
+        for stream in list(self.streams):
+            stream.ending = how
+            stream.woken.set()
+        self.maybe_exit()
+
+    def maybe_exit(self) -> None:
+        if not self.draining or self.s.shutdown_mode == "hang" and self.s.shutdown_timeout == 0:
+            return
+        if not self.streams:
+            self.on_exit()
+
+    def stats(self) -> dict:
+        lags = sorted(self.lag_s)
+
+        def pct(p: float) -> float | None:
+            return lags[min(len(lags) - 1, int(p * len(lags)))] if lags else None
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = ru.ru_utime + ru.ru_stime - self._cpu0.ru_utime - self._cpu0.ru_stime
+        wall_s = time.monotonic() - self._t0
+        return {
+            "events_sent": self.events_sent,
+            "lag_p50_s": pct(0.50),
+            "lag_p99_s": pct(0.99),
+            "lag_samples": len(lags),
+            "cpu_s": cpu_s,
+            "wall_s": wall_s,
+            "running": self.running,
+            "waiting": len(self.waiting),
+        }
+
+    def reset_stats(self) -> None:
+        self.lag_s.clear()
+        self.events_sent = 0
+        self._t0 = time.monotonic()
+        self._cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+
+
+@dataclass
+class Request:
+    request_id: str
+    chat: bool
+    stream: bool
+    prompt: str
+    max_tokens: int | None
+    ignore_eos: bool
+    min_tokens: int
+    seed: int
+    include_usage: bool
+    fault: Fault | None
+
+
+def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict) -> Request:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, "request body must be a JSON object")
+    model = data.get("model", settings.model)
+    if model != settings.model:
+        raise BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError")
+    if chat:
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(400, "'messages' is required and must be a non-empty list")
+        parts = []
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m:
+                raise BadRequest(400, "each message must be an object with a 'role'")
+            content = m.get("content") or ""
+            parts.append(content if isinstance(content, str) else json.dumps(content))
+        prompt = "\n".join(parts)
+    else:
+        prompt = data.get("prompt")
+        if isinstance(prompt, list):
+            prompt = "".join(str(p) for p in prompt)
+        if not isinstance(prompt, str):
+            raise BadRequest(400, "'prompt' is required")
+    max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise BadRequest(400, f"max_tokens must be at least 1, got {max_tokens}.")
+    stream_options = data.get("stream_options") or {}
+    fault = None
+    if FAULT_HEADER in headers:
+        fault = parse_fault(headers[FAULT_HEADER])
+    rid = headers.get("x-request-id") or uuid.uuid4().hex
+    return Request(
+        request_id=rid,
+        chat=chat,
+        stream=bool(data.get("stream", False)),
+        prompt=prompt,
+        max_tokens=max_tokens,
+        ignore_eos=bool(data.get("ignore_eos", False)),
+        min_tokens=int(data.get("min_tokens") or 0),
+        seed=int(data.get("seed") or 0),
+        include_usage=bool(stream_options.get("include_usage", False)),
+        fault=fault,
+    )
+
+
+class SimApp:
+    def __init__(self, settings: SimSettings, on_exit: Callable[[], None] = lambda: None):
+        self.s = settings
+        self.engine = Engine(settings, on_exit)
+        self.fingerprint = f"fp_{settings.model_version}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        try:
+            if path in ("/health", "/ping"):
+                await self._health(send)
+            elif not self.engine.ready:
+                await _respond(send, 503, error_body(503, "engine starting", "ServiceUnavailable"))
+            elif path in ("/v1/chat/completions", "/v1/completions") and method == "POST":
+                await self._completions(
+                    scope, receive, send, chat=path.endswith("chat/completions")
+                )
+            elif path == "/v1/models":
+                await _respond_json(send, 200, self._models())
+            elif path == "/version":
+                await _respond_json(send, 200, {"version": f"rollcheck-sim {self.s.model_version}"})
+            elif path == "/metrics":
+                await _respond(
+                    send, 200, generate_latest(self.engine.metrics.registry), b"text/plain"
+                )
+            elif path == "/sim/stats":
+                if method == "DELETE":
+                    self.engine.reset_stats()
+                await _respond_json(send, 200, self.engine.stats())
+            else:
+                await _respond(send, 404, error_body(404, f"Not Found: {path}", "NotFoundError"))
+        except BadRequest as exc:
+            await _respond(send, exc.status, error_body(exc.status, exc.message, exc.err_type))
+
+    async def _health(self, send: Send) -> None:
+        if not self.engine.ready:
+            status = 503
+        elif self.engine.draining:
+            status = self.s.drain_health
+        else:
+            status = 200
+        await _respond(send, status, b"")
+
+    def _models(self) -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.s.model,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "rollcheck",
+                    "root": self.s.model,
+                    "max_model_len": 8192,
+                }
+            ],
+        }
+
+    def _pick_fault(self) -> Fault | None:
+        s, r = self.s, self.engine.rng.random()
+        for kind, rate in (
+            ("http_error", s.fault_http_error_rate),
+            ("error_event", s.fault_error_event_rate),
+            ("stall", s.fault_stall_rate),
+            ("crash", s.fault_crash_rate),
+        ):
+            if r < rate:
+                return Fault(kind, after_tokens=s.fault_after_tokens, status=s.fault_http_status)
+            r -= rate
+        return None
+
+    async def _completions(self, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        req = parse_request(body, chat, self.s, headers)
+        fault = req.fault or self._pick_fault()
+        if fault and fault.kind == "http_error":
+            msg = f"injected error {fault.status}"
+            await _respond(send, fault.status, error_body(fault.status, msg, "ServiceUnavailable"))
+            return
+        if self.engine.draining and self.s.drain_new_requests == "503":
+            await _respond(
+                send, 503, error_body(503, "server is shutting down", "ServiceUnavailable")
+            )
+            return
+        tokens, finish = text.answer(
+            req.prompt,
+            req.seed + self.s.seed,
+            self.s.model_version,
+            max_tokens=req.max_tokens,
+            ignore_eos=req.ignore_eos,
+            min_tokens=req.min_tokens,
+            natural_min=self.s.min_answer_tokens,
+            natural_max=self.s.max_answer_tokens,
+            degraded=self.s.degraded,
+        )
+        stream = Stream(req.request_id)
+        if self.engine.draining:
+            stream.ending = "abort"  # vLLM: accepted during drain, then aborted
+        self.engine.streams.add(stream)
+        disconnected = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, stream))
+        try:
+            if req.stream:
+                await self._stream(req, stream, tokens, finish, fault, send, disconnected)
+            else:
+                await self._unary(req, stream, tokens, finish, send)
+        finally:
+            watcher.cancel()
+            self.engine.streams.discard(stream)
+            self.engine.maybe_exit()
+
+    def _chunk(self, req: Request, created: int, choice: dict | None, **extra) -> bytes:
+        obj: dict = {
+            "id": ("chatcmpl-" if req.chat else "cmpl-") + req.request_id,
+            "object": "chat.completion.chunk" if req.chat else "text_completion",
+            "created": created,
+            "model": self.s.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [choice] if choice is not None else [],
+        }
+        obj.update(extra)
+        if self.s.send_timestamps:
+            obj["rollcheck_sent_at"] = time.time()
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def _choice(self, req: Request, content: str | None, finish: str | None) -> dict:
+        if req.chat:
+            delta = {} if content is None else {"content": content}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None
+        return choice
+
+    def _first_token_delay_s(self, req: Request) -> float:
+        prefill = self.s.prefill_s_per_1k_tokens * text.prompt_tokens(req.prompt) / 1000
+        return self.s.ttft_s + prefill
+
+    def _gap_s(self) -> float:
+        if self.s.itl_jitter_s:
+            return self.s.itl_s + self.engine.rng.uniform(0, self.s.itl_jitter_s)
+        return self.s.itl_s
+
+    async def _stream(self, req, stream, tokens, finish, fault, send, disconnected) -> None:
+        engine, metrics = self.engine, self.engine.metrics
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        if self.s.enable_request_id_headers:
+            headers.append((b"x-request-id", req.request_id.encode()))
+        t_start = time.monotonic()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        created = int(time.time())
+        keepalive = None
+        if self.s.sse_keep_alive_interval > 0:
+            keepalive = asyncio.ensure_future(_keep_alive(send, self.s.sse_keep_alive_interval))
+
+        async def emit(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            engine.events_sent += 1
+
+        async def finish_with(reason: str | None, done: bool = True) -> None:
+            if reason is not None:
+                await emit(self._chunk(req, created, self._choice(req, None, reason)))
+                metrics.success(reason)
+            if req.include_usage and reason is not None:
+                usage = {
+                    "prompt_tokens": text.prompt_tokens(req.prompt),
+                    "completion_tokens": sent_tokens,
+                    "total_tokens": text.prompt_tokens(req.prompt) + sent_tokens,
+                }
+                await emit(self._chunk(req, created, None, usage=usage))
+            if done:
+                await emit(b"data: [DONE]\n\n")
+
+        sent_tokens = 0
+        admitted = False
+        try:
+            if req.chat:
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+                role.update(logprobs=None, finish_reason=None)
+                await emit(self._chunk(req, created, role))
+            if stream.ending is None:
+                admitted = await engine.admit(stream)
+            metrics.prompt_tokens.inc(text.prompt_tokens(req.prompt))
+            next_at = time.monotonic() + self._first_token_delay_s(req)
+            if admitted and stream.ending is None:
+                try:
+                    await asyncio.wait_for(
+                        stream.woken.wait(), max(0.0, next_at - time.monotonic())
+                    )
+                except TimeoutError:
+                    pass
+            first = True
+            for token in tokens:
+                if stream.ending is not None or disconnected.is_set():
+                    break
+                if fault and sent_tokens == fault.after_tokens:
+                    if fault.kind == "error_event":
+                        err = {"message": "injected engine error", "type": "InternalServerError"}
+                        err.update(param=None, code=500)
+                        await emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+                        await emit(b"data: [DONE]\n\n")
+                        return
+                    if fault.kind == "stall":
+                        await stream.woken.wait()
+                        break
+                    if fault.kind == "crash":
+                        os._exit(3)
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                engine.lag_s.append(time.monotonic() - next_at)
+                await emit(self._chunk(req, created, self._choice(req, token, None)))
+                sent_tokens += 1
+                metrics.generation_tokens.inc()
+                if first:
+                    metrics.ttft.observe(time.monotonic() - t_start)
+                    first = False
+                next_at += self._gap_s()
+            if disconnected.is_set():
+                metrics.success("abort")
+                return
+            if stream.ending == "hang":
+                await asyncio.Event().wait()  # until SIGKILL
+            if stream.ending == "legacy":
+                return  # pre-0.18: the stream closes with neither finish nor [DONE]
+            if stream.ending == "abort" and sent_tokens < len(tokens):
+                await finish_with("abort")
+            else:
+                await finish_with(finish)
+            metrics.e2e.observe(time.monotonic() - t_start)
+        finally:
+            if keepalive:
+                keepalive.cancel()
+            if admitted:
+                engine.release()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _unary(self, req, stream, tokens, finish, send) -> None:
+        engine = self.engine
+        admitted = stream.ending is None and await engine.admit(stream)
+        try:
+            total = self._first_token_delay_s(req) + self.s.itl_s * max(0, len(tokens) - 1)
+            if admitted:
+                try:
+                    await asyncio.wait_for(stream.woken.wait(), total)
+                except TimeoutError:
+                    pass
+            if stream.ending == "hang":
+                await asyncio.Event().wait()
+            if stream.ending is not None:
+                tokens, finish = [], "abort"
+            pt = text.prompt_tokens(req.prompt)
+            usage = {
+                "prompt_tokens": pt,
+                "completion_tokens": len(tokens),
+                "total_tokens": pt + len(tokens),
+            }
+            content = "".join(tokens)
+            if req.chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": content}}
+                obj_type, prefix = "chat.completion", "chatcmpl-"
+            else:
+                choice = {"index": 0, "text": content}
+                obj_type, prefix = "text_completion", "cmpl-"
+            choice.update(logprobs=None, finish_reason=finish, stop_reason=None)
+            body = {
+                "id": prefix + req.request_id,
+                "object": obj_type,
+                "created": int(time.time()),
+                "model": self.s.model,
+                "system_fingerprint": self.fingerprint,
+                "choices": [choice],
+                "usage": usage,
+            }
+            engine.metrics.success(finish)
+            engine.metrics.generation_tokens.inc(len(tokens))
+            await _respond_json(send, 200, body)
+        finally:
+            if admitted:
+                engine.release()
+
+
+async def _watch_disconnect(receive: Receive, event: asyncio.Event, stream: Stream) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            event.set()
+            stream.woken.set()
+            return
+
+
+async def _keep_alive(send: Send, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, ctype: bytes = b"application/json"
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_json(send: Send, status: int, obj: dict) -> None:
+    await _respond(send, status, json.dumps(obj).encode())

@@ -1,0 +1,132 @@
+"""Simulator settings: one dataclass, mirrored by `rollcheck sim` options and config keys."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+SHUTDOWN_MODES = ("abort", "legacy", "hang")
+FAULT_KINDS = ("http_error", "error_event", "stall", "crash")
+
+
+@dataclass
+class SimSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "rollcheck-sim"
+    model_version: str = "v1"
+    degraded: bool = False
+    seed: int = 0
+    # timing
+    ttft_s: float = 0.05
+    itl_s: float = 0.02
+    itl_jitter_s: float = 0.0
+    prefill_s_per_1k_tokens: float = 0.02
+    max_num_seqs: int = 256
+    min_answer_tokens: int = 8
+    max_answer_tokens: int = 64
+    # lifecycle
+    startup_s: float = 0.0
+    startup_health_503: bool = False
+    shutdown_timeout: float = 0.0
+    shutdown_mode: str = "abort"
+    drain_new_requests: str = "abort"
+    drain_health: int = 200
+    enable_request_id_headers: bool = False
+    sse_keep_alive_interval: float = 0.0
+    send_timestamps: bool = False
+    # per-process faults: a rate in [0, 1] for each kind, after N tokens
+    fault_http_error_rate: float = 0.0
+    fault_http_status: int = 503
+    fault_error_event_rate: float = 0.0
+    fault_stall_rate: float = 0.0
+    fault_crash_rate: float = 0.0
+    fault_after_tokens: int = 3
+
+    def validate(self) -> None:
+        if self.shutdown_mode not in SHUTDOWN_MODES:
+            raise ValueError(f"shutdown_mode must be one of {', '.join(SHUTDOWN_MODES)}")
+        if self.drain_new_requests not in ("abort", "503"):
+            raise ValueError("drain_new_requests must be 'abort' or '503'")
+        if self.drain_health not in (200, 503):
+            raise ValueError("drain_health must be 200 or 503")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be at least 1")
+        if not 0 <= self.min_answer_tokens <= self.max_answer_tokens:
+            raise ValueError("need 0 <= min_answer_tokens <= max_answer_tokens")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith(("_s", "_rate", "timeout", "interval")) and value < 0:
+                raise ValueError(f"{f.name} must not be negative")
+            if f.name.endswith("_rate") and value > 1:
+                raise ValueError(f"{f.name} is a rate between 0 and 1")
+
+
+_HELP = {
+    "host": "address to listen on",
+    "port": "port to listen on",
+    "model": "served model name (requests naming another model get 404)",
+    "model_version": "version string shown in system_fingerprint, to tell rollouts apart",
+    "degraded": "produce different (wrong) text, to detect a bad version by its answers",
+    "seed": "base seed of the deterministic text",
+    "ttft_s": "time to first token for an admitted request",
+    "itl_s": "time between tokens",
+    "itl_jitter_s": "uniform jitter added to each inter-token gap",
+    "prefill_s_per_1k_tokens": "extra prefill time per 1000 prompt tokens",
+    "max_num_seqs": "sequences decoded at once; excess requests queue",
+    "min_answer_tokens": "shortest natural answer (finish_reason stop)",
+    "max_answer_tokens": "longest natural answer",
+    "startup_s": "weight-loading time; the port refuses connections meanwhile",
+    "startup_health_503": "during startup, listen and answer /health 503 instead of refusing",
+    "shutdown_timeout": "SIGTERM drain: 0 = abort in-flight at once (vLLM default), "
+    "N = keep serving in-flight streams up to N s",
+    "shutdown_mode": "how in-flight streams end in abort mode: abort (v0.18+), "
+    "legacy (close without finish or [DONE], pre-0.18), hang (never close until SIGKILL)",
+    "drain_new_requests": "new requests while draining: abort (200 then finish_reason abort, "
+    "as vLLM) or 503",
+    "drain_health": "/health status while draining: 200 (vLLM) or 503",
+    "enable_request_id_headers": "echo X-Request-Id in the response headers",
+    "sse_keep_alive_interval": "send ': keep-alive' comments every N s (0 = off)",
+    "send_timestamps": "add the send time to each chunk (rollcheck_sent_at), for skew benchmarks",
+    "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",
+    "fault_http_status": "status of injected HTTP errors (429, 500, 503, ...)",
+    "fault_error_event_rate": "share of streams that get an error event after N tokens",
+    "fault_stall_rate": "share of streams that stop sending after N tokens",
+    "fault_crash_rate": "share of streams whose process exits after N tokens",
+    "fault_after_tokens": "N for the mid-stream faults",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one `--kebab-case` option per setting (bools become flags)."""
+    defaults = SimSettings()
+    for f in fields(SimSettings):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        help_text = f"{_HELP[f.name]} (default: {default})"
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP[f.name])
+        else:
+            parser.add_argument(
+                flag, dest=f.name, type=type(default), default=default, help=help_text
+            )
+
+
+def from_namespace(ns: argparse.Namespace) -> SimSettings:
+    return SimSettings(**{f.name: getattr(ns, f.name) for f in fields(SimSettings)})
+
+
+def to_args(settings: SimSettings) -> list[str]:
+    """The command-line form of settings, for starting a simulator process."""
+    defaults = SimSettings()
+    args: list[str] = []
+    for f in fields(SimSettings):
+        value = getattr(settings, f.name)
+        if value == getattr(defaults, f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag)
+        else:
+            args += [flag, str(value)]
+    return args

@@ -1,0 +1,334 @@
+"""The simulator against the wire format and behaviour in shared/facts.md.
+
+Real HTTP on loopback, real signals to a real subprocess. These tests parse the
+bytes themselves: the simulator is never judged by rollcheck's own checker.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+CHAT = "/v1/chat/completions"
+
+
+def body(stream=True, **kw):
+    b = {"model": "rollcheck-sim", "messages": [{"role": "user", "content": "hello"}]}
+    b["stream"] = stream
+    b.update(kw)
+    return b
+
+
+def events(raw: bytes) -> list:
+    """Data payloads of an SSE body, parsed as JSON where they are JSON."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                data = line[6:]
+                out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+class StreamReader(threading.Thread):
+    """Reads one stream in the background, keeping bytes and how it ended."""
+
+    def __init__(self, url: str, payload: dict, headers=None, timeout_s: float = 30):
+        super().__init__(daemon=True)
+        self.url, self.payload, self.headers, self.timeout_s = url, payload, headers, timeout_s
+        self.raw = b""
+        self.status = None
+        self.error: str | None = None
+        self.first_byte = threading.Event()
+        self.start()
+
+    def run(self):
+        try:
+            with httpx.stream(
+                "POST",
+                self.url + CHAT,
+                json=self.payload,
+                headers=self.headers,
+                timeout=httpx.Timeout(self.timeout_s),
+            ) as r:
+                self.status = r.status_code
+                for chunk in r.iter_raw():
+                    self.raw += chunk
+                    if b"content" in self.raw and b'"content":""' not in chunk:
+                        self.first_byte.set()
+        except httpx.HTTPError as exc:
+            self.error = type(exc).__name__
+        finally:
+            self.first_byte.set()
+
+    def finishes(self):
+        return [
+            e["choices"][0]["finish_reason"]
+            for e in events(self.raw)
+            if isinstance(e, dict) and e.get("choices") and e["choices"][0]["finish_reason"]
+        ]
+
+
+def test_chat_stream_wire_format(sim_factory):
+    sim = sim_factory(enable_request_id_headers=True, model_version="v7")
+    payload = body(max_tokens=5, stream_options={"include_usage": True})
+    r = httpx.post(sim.url + CHAT, json=payload, headers={"X-Request-Id": "req-1"})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["x-request-id"] == "req-1"
+    evs = events(r.content)
+    role, *content, final, usage, done = evs
+    assert role["object"] == "chat.completion.chunk"
+    assert role["id"] == "chatcmpl-req-1"
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["choices"][0]["finish_reason"] is None
+    assert len(content) == 5 and all(c["choices"][0]["delta"]["content"] for c in content)
+    assert final["choices"][0]["finish_reason"] == "length"
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
+    assert done == "[DONE]"
+    assert role["system_fingerprint"] == "fp_v7"
+    # no `event:` or `id:` lines, only data lines
+    assert all(line.startswith("data: ") for line in r.text.splitlines() if line)
+
+
+def test_request_id_header_not_echoed_by_default(sim_factory):
+    sim = sim_factory()
+    r = httpx.post(sim.url + CHAT, json=body(max_tokens=1), headers={"X-Request-Id": "abc"})
+    assert "x-request-id" not in r.headers
+    assert events(r.content)[0]["id"] == "chatcmpl-abc"
+
+
+def test_completions_stream_has_no_role_chunk(sim_factory):
+    sim = sim_factory()
+    r = httpx.post(
+        sim.url + "/v1/completions", json={"prompt": "hi", "stream": True, "max_tokens": 3}
+    )
+    evs = events(r.content)
+    assert evs[-1] == "[DONE]"
+    assert all(e["object"] == "text_completion" for e in evs[:-1])
+    assert "delta" not in evs[0]["choices"][0] and evs[0]["choices"][0]["text"]
+    assert evs[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_non_streaming_and_determinism(sim_factory):
+    sim = sim_factory()
+    other = sim_factory(model_version="v2")
+    bad = sim_factory(degraded=True)
+
+    def text(s, **kw):
+        r = httpx.post(s.url + CHAT, json=body(stream=False, **kw))
+        assert r.status_code == 200
+        return r.json()["choices"][0]["message"]["content"]
+
+    assert text(sim, seed=1) == text(sim, seed=1)
+    assert text(sim, seed=1) != text(sim, seed=2)
+    assert text(sim, seed=1) != text(other, seed=1)
+    assert text(sim, seed=1) != text(bad, seed=1)
+    r = httpx.post(sim.url + CHAT, json=body(stream=False, max_tokens=2, ignore_eos=True))
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_natural_stop(sim_factory):
+    sim = sim_factory(min_answer_tokens=3, max_answer_tokens=3)
+    evs = events(httpx.post(sim.url + CHAT, json=body()).content)
+    assert evs[-2]["choices"][0]["finish_reason"] == "stop"
+    assert len(evs) == 1 + 3 + 1 + 1
+
+
+def test_models_version_metrics(sim_factory):
+    sim = sim_factory()
+    assert httpx.get(sim.url + "/v1/models").json()["data"][0]["id"] == "rollcheck-sim"
+    assert httpx.get(sim.url + "/ping").status_code == 200
+    assert "version" in httpx.get(sim.url + "/version").json()
+    httpx.post(sim.url + CHAT, json=body(max_tokens=2))
+    metrics = httpx.get(sim.url + "/metrics").text
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:generation_tokens_total",
+    ):
+        assert name in metrics
+    assert 'vllm:request_success_total{engine="0",finished_reason="length"' in metrics
+
+
+def test_queueing_under_max_num_seqs(sim_factory):
+    sim = sim_factory(max_num_seqs=1, ttft_s=0.05, itl_s=0.05)
+    first = StreamReader(sim.url, body(max_tokens=20, ignore_eos=True))
+    first.first_byte.wait(5)
+    t0 = time.monotonic()
+    second = StreamReader(sim.url, body(max_tokens=1))
+    time.sleep(0.3)
+    metrics = httpx.get(sim.url + "/metrics").text
+    assert 'vllm:num_requests_waiting{engine="0",model_name="rollcheck-sim"} 1.0' in metrics
+    second.join(10)
+    first.join(10)
+    # the second request waited for the first one's slot (~1 s of decode)
+    assert time.monotonic() - t0 > 0.6
+    assert second.finishes() == ["length"] and first.finishes() == ["length"]
+
+
+@pytest.mark.parametrize("mode", ["abort", "legacy"])
+def test_sigterm_abort_and_legacy_modes(sim_factory, mode):
+    sim = sim_factory(shutdown_mode=mode, itl_s=0.05)
+    reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True))
+    reader.first_byte.wait(5)
+    sim.signal(signal.SIGTERM)
+    reader.join(5)
+    assert sim.exited_within(5)
+    evs = events(reader.raw)
+    if mode == "abort":
+        assert reader.finishes() == ["abort"] and evs[-1] == "[DONE]"
+    else:
+        assert reader.finishes() == [] and "[DONE]" not in evs
+    assert reader.error is None  # the body ended cleanly in both modes
+
+
+def test_sigterm_hang_mode_keeps_connection_until_sigkill(sim_factory):
+    sim = sim_factory(shutdown_mode="hang", itl_s=0.05)
+    reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True))
+    reader.first_byte.wait(5)
+    sim.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    size = len(reader.raw)
+    time.sleep(1.0)
+    assert len(reader.raw) == size and reader.is_alive()
+    assert not sim.exited_within(0.1)
+    sim.signal(signal.SIGKILL)
+    reader.join(5)
+    assert reader.error == "RemoteProtocolError"  # incomplete chunked body
+    assert reader.finishes() == []
+
+
+def test_drain_finishes_in_flight_and_aborts_new(sim_factory):
+    sim = sim_factory(shutdown_timeout=5, itl_s=0.02)
+    in_flight = StreamReader(sim.url, body(max_tokens=50, ignore_eos=True))  # ~1 s
+    in_flight.first_byte.wait(5)
+    t0 = time.monotonic()
+    sim.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert httpx.get(sim.url + "/health").status_code == 200  # vLLM keeps /health up
+    new = StreamReader(sim.url, body(max_tokens=5))
+    new.join(5)
+    assert new.status == 200 and new.finishes() == ["abort"]
+    in_flight.join(10)
+    assert in_flight.finishes() == ["length"]
+    assert sim.exited_within(5)
+    assert time.monotonic() - t0 < 4  # exits when drained, not at the timeout
+
+
+def test_drain_timeout_aborts_the_rest(sim_factory):
+    sim = sim_factory(shutdown_timeout=1, itl_s=0.05)
+    long = StreamReader(sim.url, body(max_tokens=400, ignore_eos=True))  # ~20 s
+    long.first_byte.wait(5)
+    t0 = time.monotonic()
+    sim.signal(signal.SIGTERM)
+    long.join(10)
+    elapsed = time.monotonic() - t0
+    assert long.finishes() == ["abort"]
+    assert 0.9 < elapsed < 5
+    assert sim.exited_within(5)
+
+
+def test_drain_options_503(sim_factory):
+    sim = sim_factory(shutdown_timeout=5, drain_new_requests="503", drain_health=503)
+    in_flight = StreamReader(sim.url, body(max_tokens=100, ignore_eos=True))
+    in_flight.first_byte.wait(5)
+    sim.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert httpx.get(sim.url + "/health").status_code == 503
+    assert httpx.post(sim.url + CHAT, json=body()).status_code == 503
+
+
+def test_fault_http_error(sim_factory):
+    sim = sim_factory()
+    r = httpx.post(sim.url + CHAT, json=body(), headers={"X-Rollcheck-Fault": "http_error=429"})
+    assert r.status_code == 429 and r.json()["error"]["code"] == 429
+
+
+def test_fault_error_event_then_done(sim_factory):
+    sim = sim_factory()
+    r = httpx.post(
+        sim.url + CHAT, json=body(max_tokens=20), headers={"X-Rollcheck-Fault": "error_event=2"}
+    )
+    evs = events(r.content)
+    assert r.status_code == 200
+    assert set(evs[-2]["error"]) == {"message", "type", "param", "code"}
+    assert evs[-1] == "[DONE]"
+    assert sum(1 for e in evs if isinstance(e, dict) and e.get("choices")) == 1 + 2
+
+
+def test_fault_stall(sim_factory):
+    sim = sim_factory(itl_s=0.01)
+    with pytest.raises(httpx.ReadTimeout):
+        with httpx.stream(
+            "POST",
+            sim.url + CHAT,
+            json=body(max_tokens=50),
+            headers={"X-Rollcheck-Fault": "stall=3"},
+            timeout=1.0,
+        ) as r:
+            for _ in r.iter_raw():
+                pass
+
+
+def test_fault_crash_breaks_the_stream_and_exits(sim_factory):
+    sim = sim_factory(itl_s=0.01)
+    reader = StreamReader(sim.url, body(max_tokens=50), {"X-Rollcheck-Fault": "crash=3"})
+    reader.join(5)
+    assert reader.error == "RemoteProtocolError"
+    assert sim.exited_within(5) and sim.proc.returncode == 3
+
+
+def test_fault_rates_per_process(sim_factory):
+    sim = sim_factory(fault_http_error_rate=1.0, fault_http_status=500)
+    assert httpx.post(sim.url + CHAT, json=body()).status_code == 500
+
+
+def test_startup_refuses_connections(sim_factory):
+    sim = sim_factory(wait=False, startup_s=1.5)
+    time.sleep(0.8)
+    with socket.socket() as s:
+        assert s.connect_ex((sim.settings.host, sim.settings.port)) != 0
+    time.sleep(1.5)
+    assert httpx.get(sim.url + "/health").status_code == 200
+
+
+def test_startup_health_503_option(sim_factory):
+    sim = sim_factory(wait=False, startup_s=1.5, startup_health_503=True)
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        try:
+            assert httpx.get(sim.url + "/health").status_code == 503
+            break
+        except httpx.ConnectError:
+            time.sleep(0.05)
+    assert httpx.post(sim.url + CHAT, json=body()).status_code == 503
+    time.sleep(1.5)
+    assert httpx.get(sim.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        (b"{not json", 400),
+        (json.dumps({"model": "rollcheck-sim"}).encode(), 400),
+        (json.dumps(body(model="gpt-unknown")).encode(), 404),
+        (json.dumps(body(max_tokens=-3)).encode(), 400),
+        (b"[1, 2]", 400),
+    ],
+)
+def test_bad_input_gets_vllm_errors(sim_factory, payload, status):
+    sim = sim_factory()
+    r = httpx.post(sim.url + CHAT, content=payload)
+    assert r.status_code == status
+    assert r.json()["error"]["code"] == status and r.json()["error"]["message"]
