@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -29,7 +32,51 @@ def _sim(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim]
+def _probe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probe", help="stream a few judged requests to any OpenAI-compatible URL")
+    p.add_argument("url", help="base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("-n", "--requests", type=int, default=10)
+    p.add_argument("-c", "--concurrency", type=int, default=2)
+    p.add_argument(
+        "--out", type=Path, default=None, help="output folder (default reports/probe-<time>)"
+    )
+    p.add_argument("--model", default=None, help="model name to request (default: server's)")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without data")
+    p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds")
+    p.add_argument("--itl-slo", type=float, default=None, help="inter-token SLO in seconds")
+    p.add_argument(
+        "--api-key",
+        metavar="ENV_VAR",
+        default=None,
+        help="name of the environment variable holding the API key (never written to disk)",
+    )
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.probe import format_table, run_probe
+        from harness.streams import Thresholds
+
+        if ns.requests < 1 or ns.concurrency < 1:
+            raise UsageError("--requests and --concurrency must be at least 1")
+        if not ns.url.startswith(("http://", "https://")):
+            raise UsageError(f"{ns.url!r} is not an http(s) URL")
+        if ns.api_key and ns.api_key not in os.environ:
+            raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
+        if ns.stall_timeout <= 0:
+            raise UsageError("--stall-timeout must be positive")
+        out = ns.out or Path("reports") / time.strftime("probe-%Y%m%d-%H%M%S")
+        th = Thresholds(ns.stall_timeout, ns.ttft_slo, ns.itl_slo)
+        _, summary = run_probe(
+            ns.url, ns.requests, ns.concurrency, out, ns.model, ns.max_tokens, th, ns.api_key
+        )
+        print(format_table(summary))
+        print(f"records and summary: {out}")
+        return 0 if summary["verdict"] == "pass" else 1
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,256 @@
+"""Judging one streamed answer: timed byte chunks in, a StreamRecord out.
+
+StreamObserver is fed chunks as they arrive; `finish(end)` classifies. No I/O:
+the client (harness/client.py) and the rule-table tests drive it the same way.
+Rules come from vLLM's wire format (shared/facts.md):
+- an error object in the stream is error_event, even when [DONE] follows;
+- finish_reason "abort" is aborted, and so is [DONE] with no finish_reason
+  (vLLM v0.18 skipped the finish chunk for an abort before the first token);
+- a normal finish without [DONE] is missing_done, a clean end with neither truncated;
+- a broken connection (incomplete chunked body, reset) after headers is reset;
+- no data event within the stall timeout is hung; comments do not reset that clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+
+from harness.streams.record import Outcome, StreamRecord
+from harness.streams.sse import SSEEvent, SSEParser
+
+# vLLM's normal ends, plus the two other ends OpenAI-compatible servers use.
+NORMAL_FINISH = frozenset(
+    {"stop", "length", "tool_calls", "repetition", "content_filter", "function_call"}
+)
+BODY_EXCERPT_BYTES = 2048
+
+
+class End(enum.StrEnum):
+    """How the transport ended, as the client saw it."""
+
+    EOF = "eof"  # the body ended cleanly
+    RESET = "reset"  # broken after headers: reset, incomplete chunked body
+    STALL = "stall"  # the client gave up: no data event within the stall timeout
+    CANCELLED = "cancelled"  # the harness ended the request
+    CONNECT = "connect"  # no response at all: refused, timeout, closed before headers
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    stall_timeout_s: float = 30.0
+    ttft_slo_s: float | None = None
+    itl_slo_s: float | None = None
+
+
+def _pct(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))]
+
+
+class StreamObserver:
+    def __init__(self, request_id: str, sent_at: float, thresholds: Thresholds):
+        self.request_id = request_id
+        self.sent_at = sent_at
+        self.th = thresholds
+        self.status: int | None = None
+        self.content_type: str | None = None
+        self.headers_s: float | None = None
+        self._parser = SSEParser()
+        self._body = bytearray()  # kept only for non-SSE responses, capped
+        self._is_sse = False
+        self.bytes = 0
+        self.events = 0
+        self.comments = 0
+        self.tokens = 0
+        self.last_data_s: float | None = None
+        self.ttft_s: float | None = None
+        self._last_token_s: float | None = None
+        self._gaps: list[float] = []
+        self._skews: list[float] = []
+        self.finish_reason: str | None = None
+        self.done = False
+        self.error: str | None = None
+        self.invalid: str | None = None
+        self.usage: dict | None = None
+        self.response_id = self.model = self.fingerprint = None
+
+    # --- feeding -------------------------------------------------------------
+    def headers(self, status: int, content_type: str | None, t: float) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.headers_s = t
+        media = (content_type or "").split(";")[0].strip().lower()
+        self._is_sse = media == "text/event-stream" and 200 <= status < 300
+
+    def chunk(self, data: bytes, t: float) -> None:
+        self.bytes += len(data)
+        if not self._is_sse:
+            if len(self._body) < BODY_EXCERPT_BYTES:
+                self._body += data[: BODY_EXCERPT_BYTES - len(self._body)]
+            return
+        for ev in self._parser.feed(data, t):
+            self._event(ev)
+
+    def since_data_s(self, now: float) -> float:
+        """Time without a data event (from the send when there was none yet)."""
+        return now - (self.last_data_s if self.last_data_s is not None else 0.0)
+
+    def _event(self, ev: SSEEvent) -> None:
+        if ev.data is None:
+            self.comments += 1
+            return
+        self.events += 1
+        self.last_data_s = ev.t
+        if self.done:
+            return  # nothing after [DONE] changes the answer
+        if ev.data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(ev.data)
+        except ValueError:
+            self.invalid = self.invalid or f"data is not JSON: {ev.data[:80]!r}"
+            return
+        if not isinstance(obj, dict):
+            self.invalid = self.invalid or f"data is not a JSON object: {ev.data[:80]!r}"
+            return
+        if "error" in obj or obj.get("object") == "error":
+            # vLLM >= 0.10.1 nests {"error": {...}}; older versions sent a flat object.
+            err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+            self.error = self.error or str(err.get("message") or err)[:500]
+            return
+        if "rollcheck_sent_at" in obj:
+            self._skews.append(self.sent_at + ev.t - float(obj["rollcheck_sent_at"]))
+        self.response_id = self.response_id or obj.get("id")
+        self.model = self.model or obj.get("model")
+        self.fingerprint = self.fingerprint or obj.get("system_fingerprint")
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        for choice in obj.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            if _has_content(choice):
+                self._token(ev.t)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def _token(self, t: float) -> None:
+        self.tokens += 1
+        if self.ttft_s is None:
+            self.ttft_s = t
+        else:
+            self._gaps.append(t - self._last_token_s)
+        self._last_token_s = t
+
+    # --- judging -------------------------------------------------------------
+    def finish(self, end: End, t: float, error: str | None = None) -> StreamRecord:
+        if end == End.EOF and self._is_sse:
+            for ev in self._parser.close(t):
+                self._event(ev)
+        outcome = self._classify(end)
+        gaps = sorted(self._gaps)
+        skews = sorted(self._skews)
+        flags = []
+        if self.th.ttft_slo_s is not None and self.status and 200 <= self.status < 300:
+            waited = self.ttft_s if self.ttft_s is not None else t
+            if waited > self.th.ttft_slo_s:
+                flags.append("ttft_slo_breach")
+        if self.th.itl_slo_s is not None and gaps and gaps[-1] > self.th.itl_slo_s:
+            flags.append("itl_slo_breach")
+        if self.status is not None and 200 <= self.status < 300 and self.tokens == 0:
+            flags.append("empty")
+        message = self.error or self.invalid or error
+        if outcome in (Outcome.HTTP_ERROR, Outcome.NOT_SSE) and self._body:
+            message = message or self._body.decode("utf-8", errors="replace")
+        return StreamRecord(
+            request_id=self.request_id,
+            outcome=outcome.value,
+            sent_at=self.sent_at,
+            duration_s=t,
+            status=self.status,
+            content_type=self.content_type,
+            headers_s=self.headers_s,
+            ttft_s=self.ttft_s,
+            last_event_s=self.last_data_s,
+            finish_reason=self.finish_reason,
+            done=self.done,
+            flags=flags,
+            tokens=self.tokens,
+            usage=self.usage,
+            itl_max_s=gaps[-1] if gaps else None,
+            itl_p50_s=_pct(gaps, 0.5),
+            itl_p99_s=_pct(gaps, 0.99),
+            response_id=self.response_id,
+            model=self.model,
+            system_fingerprint=self.fingerprint,
+            error=message,
+            events=self.events,
+            comments=self.comments,
+            bytes=self.bytes,
+            skew_p50_s=_pct(skews, 0.5),
+            skew_p99_s=_pct(skews, 0.99),
+        )
+
+    def _classify(self, end: End) -> Outcome:
+        if self.status is None:
+            if end == End.CANCELLED:
+                return Outcome.CANCELLED
+            return Outcome.HUNG if end == End.STALL else Outcome.CONNECT_ERROR
+        if not 200 <= self.status < 300:
+            return Outcome.HTTP_ERROR
+        if self.error is not None:
+            return Outcome.ERROR_EVENT
+        if not self._is_sse or self.invalid is not None:
+            if end == End.CANCELLED:
+                return Outcome.CANCELLED
+            return Outcome.NOT_SSE
+        if self.finish_reason == "abort":
+            return Outcome.ABORTED
+        if self.done:
+            if self.finish_reason in NORMAL_FINISH:
+                return Outcome.COMPLETE
+            return Outcome.ABORTED  # no finish_reason (v0.18 early abort) or an unknown one
+        if end == End.STALL:
+            return Outcome.HUNG
+        if end == End.CANCELLED:
+            return Outcome.CANCELLED
+        if end == End.RESET:
+            return Outcome.RESET
+        if self.finish_reason in NORMAL_FINISH:
+            return Outcome.MISSING_DONE
+        if self.events == 0 and self._parser.pending_bytes == 0 and self.comments == 0:
+            return Outcome.TRUNCATED if self.bytes == 0 else Outcome.NOT_SSE
+        return Outcome.TRUNCATED
+
+
+def _has_content(choice: dict) -> bool:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(
+            delta.get("content")
+            or delta.get("reasoning")
+            or delta.get("reasoning_content")
+            or delta.get("tool_calls")
+        )
+    return bool(choice.get("text"))
+
+
+def judge_bytes(
+    status: int | None,
+    content_type: str | None,
+    chunks: list[tuple[float, bytes]],
+    end: End,
+    end_t: float,
+    thresholds: Thresholds = Thresholds(),
+    request_id: str = "r",
+) -> StreamRecord:
+    """Classify a whole exchange given as literal data (for tests and replays)."""
+    obs = StreamObserver(request_id, sent_at=0.0, thresholds=thresholds)
+    if status is not None:
+        obs.headers(status, content_type, chunks[0][0] if chunks else end_t)
+    for t, data in chunks:
+        obs.chunk(data, t)
+    return obs.finish(end, end_t)

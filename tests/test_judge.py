@@ -1,0 +1,107 @@
+"""The rule table: literal bytes -> outcome and flags (pure, no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.streams import End, Outcome, StreamRecord, Thresholds, judge_bytes
+from harness.streams.sse import SSEParser
+from tests.streamcases import CASES, DONE, ROLE, STOP, Case, chunk, data
+
+ENDS = {"eof": End.EOF, "reset": End.RESET, "stall": End.STALL}
+
+
+def judge(case: Case, pieces: list[bytes], th=Thresholds()) -> StreamRecord:
+    chunks = [(0.01 * (i + 1), p) for i, p in enumerate(pieces)]
+    return judge_bytes(case.status, case.content_type, chunks, ENDS[case.end], 1.0, th)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_rule_table_whole_body(case):
+    record = judge(case, [case.body])
+    assert record.outcome == case.outcome
+    assert record.flags == case.flags
+    if case.tokens is not None:
+        assert record.tokens == case.tokens
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if len(c.body) < 10_000], ids=lambda c: c.name)
+def test_rule_table_one_byte_packets(case):
+    record = judge(case, [case.body[i : i + 1] for i in range(len(case.body))])
+    assert record.outcome == case.outcome
+    assert record.flags == case.flags
+
+
+def test_every_outcome_is_covered_by_the_table():
+    covered = {c.outcome for c in CASES} | {"connect_error", "cancelled"}
+    assert covered == {o.value for o in Outcome}
+
+
+def test_ttft_counts_content_not_the_role_chunk():
+    body = [
+        (0.10, ROLE),
+        (0.50, data(chunk("a"))),
+        (0.60, data(chunk("b"))),
+        (1.00, data(chunk("c"))),
+        (1.1, STOP + DONE),
+    ]
+    r = judge_bytes(200, "text/event-stream", body, End.EOF, 1.2, Thresholds(30, 0.3, 0.3))
+    assert r.ttft_s == 0.50
+    assert r.itl_max_s == pytest.approx(0.40)
+    assert r.flags == ["ttft_slo_breach", "itl_slo_breach"]
+    r = judge_bytes(200, "text/event-stream", body, End.EOF, 1.2, Thresholds(30, 0.6, 0.5))
+    assert r.flags == [] and r.outcome == "complete"
+
+
+def test_reasoning_and_tool_calls_count_as_content():
+    reasoning = data(
+        {"choices": [{"index": 0, "delta": {"reasoning": "hmm"}, "finish_reason": None}]}
+    )
+    tool = data(
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "t"}]}, "finish_reason": None}]}
+    )
+    r = judge_bytes(
+        200, "text/event-stream", [(0.2, ROLE + reasoning), (0.3, tool + STOP + DONE)], End.EOF, 0.4
+    )
+    assert r.tokens == 2 and r.ttft_s == 0.2
+
+
+def test_no_token_within_slo_is_a_breach_even_without_content():
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE)], End.STALL, 5.0, Thresholds(1, 2.0))
+    assert r.outcome == "hung" and "ttft_slo_breach" in r.flags
+
+
+def test_cancelled_and_connect_error():
+    assert judge_bytes(None, None, [], End.CONNECT, 0.1).outcome == "connect_error"
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE)], End.CANCELLED, 0.5)
+    assert r.outcome == "cancelled"
+    assert judge_bytes(None, None, [], End.CANCELLED, 0.1).outcome == "cancelled"
+
+
+def test_record_jsonl_round_trip(tmp_path):
+    from harness.streams import read_jsonl, write_jsonl
+
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE + STOP + DONE)], End.EOF, 0.2)
+    write_jsonl([r, r], tmp_path / "records.jsonl")
+    back = list(read_jsonl(tmp_path / "records.jsonl"))
+    assert back == [r, r]
+
+
+def test_parser_keeps_crlf_split_across_packets():
+    p = SSEParser()
+    events = p.feed(b"data: a\r", 0.1) + p.feed(b"\n\r", 0.2) + p.feed(b"\ndata: b\n\n", 0.3)
+    assert [e.data for e in events] == ["a", "b"]
+
+
+def test_parser_large_line_is_linear():
+    import time
+
+    p = SSEParser()
+    payload = b"data: " + b"x" * 5_000_000 + b"\n\n"
+    t0 = time.perf_counter()
+    events = []
+    for i in range(0, len(payload), 4096):
+        events += p.feed(payload[i : i + 4096], 0.0)
+    assert len(events) == 1 and len(events[0].data) == 5_000_000
+    # a quadratic rescan of the buffer would take minutes here
+    assert time.perf_counter() - t0 < 30
