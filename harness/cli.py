@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.config import ConfigError
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit 2."""
@@ -76,7 +78,65 @@ def _probe(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe]
+def _load(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("load", help="run judged streaming load (Locust) against a URL for a while")
+    p.add_argument("url", help="base URL of the gateway or engine")
+    p.add_argument("--config", type=Path, default=None, help="YAML with a load: section")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. load.users=32 (repeatable)",
+    )
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    p.add_argument(
+        "--out", type=Path, default=None, help="run folder (default reports/load-<time>)"
+    )
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.config import apply_sets, build, load_yaml
+        from harness.load import LoadError, LoadRun
+        from harness.streams import Thresholds
+        from harness.streams.summary import count_outcomes
+        from loadgen.settings import LoadSettings
+
+        data = apply_sets(load_yaml(ns.config) if ns.config else {}, ns.set)
+        unknown = sorted(set(data) - {"load", "slo"})
+        if unknown:
+            raise UsageError(f"unknown section {unknown[0]!r}; rollcheck load reads load: and slo:")
+        settings = build(LoadSettings, data.get("load"), "load")
+        slo = data.get("slo") or {}
+        th = Thresholds(float(slo.get("stall_timeout_s", 30)), slo.get("ttft_s"), slo.get("itl_s"))
+        out = ns.out or Path("reports") / time.strftime("load-%Y%m%d-%H%M%S")
+        load = LoadRun(ns.url, out, settings, th)
+        try:
+            load.preflight()
+            load.start()
+            if settings.external_workers:
+                print(
+                    f"waiting for {settings.external_workers} external workers; "
+                    f"master: {load.load_dir / 'master.log'}"
+                )
+            deadline = time.monotonic() + ns.duration
+            while time.monotonic() < deadline:
+                load._check_alive()
+                time.sleep(0.5)
+            result = load.stop()
+        except LoadError as exc:
+            load.close()
+            raise UsageError(str(exc)) from None
+        counts = count_outcomes(result.records)
+        print(f"{result.sent} requests: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+        print(f"records: {out / 'records.jsonl'}")
+        for problem in result.problems:
+            print(f"rollcheck load: {problem}", file=sys.stderr)
+        return 0 if result.accounting_ok() else 1
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"rollcheck {ns.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -210,7 +210,7 @@ def test_sigterm_hang_mode_keeps_connection_until_sigkill(sim_factory):
 
 
 def test_drain_finishes_in_flight_and_aborts_new(sim_factory):
-    sim = sim_factory(shutdown_timeout=5, itl_s=0.02)
+    sim = sim_factory(shutdown_timeout_s=5, itl_s=0.02)
     in_flight = StreamReader(sim.url, body(max_tokens=50, ignore_eos=True))  # ~1 s
     in_flight.first_byte.wait(5)
     t0 = time.monotonic()
@@ -227,7 +227,7 @@ def test_drain_finishes_in_flight_and_aborts_new(sim_factory):
 
 
 def test_drain_timeout_aborts_the_rest(sim_factory):
-    sim = sim_factory(shutdown_timeout=1, itl_s=0.05)
+    sim = sim_factory(shutdown_timeout_s=1, itl_s=0.05)
     long = StreamReader(sim.url, body(max_tokens=400, ignore_eos=True))  # ~20 s
     long.first_byte.wait(5)
     t0 = time.monotonic()
@@ -240,7 +240,7 @@ def test_drain_timeout_aborts_the_rest(sim_factory):
 
 
 def test_drain_options_503(sim_factory):
-    sim = sim_factory(shutdown_timeout=5, drain_new_requests="503", drain_health=503)
+    sim = sim_factory(shutdown_timeout_s=5, drain_new_requests="503", drain_health=503)
     in_flight = StreamReader(sim.url, body(max_tokens=100, ignore_eos=True))
     in_flight.first_byte.wait(5)
     sim.signal(signal.SIGTERM)

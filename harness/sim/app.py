@@ -172,8 +172,8 @@ class Engine:
         if self.draining:
             return
         self.draining = True
-        if self.s.shutdown_timeout > 0:
-            asyncio.get_running_loop().call_later(self.s.shutdown_timeout, self._end_all, "abort")
+        if self.s.shutdown_timeout_s > 0:
+            asyncio.get_running_loop().call_later(self.s.shutdown_timeout_s, self._end_all, "abort")
         else:
             self._end_all(self.s.shutdown_mode)
         self.maybe_exit()
@@ -185,7 +185,7 @@ class Engine:
         self.maybe_exit()
 
     def maybe_exit(self) -> None:
-        if not self.draining or self.s.shutdown_mode == "hang" and self.s.shutdown_timeout == 0:
+        if not self.draining or self.s.shutdown_mode == "hang" and self.s.shutdown_timeout_s == 0:
             return
         if not self.streams:
             self.on_exit()
@@ -441,8 +441,8 @@ class SimApp:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         created = int(time.time())
         keepalive = None
-        if self.s.sse_keep_alive_interval > 0:
-            keepalive = asyncio.ensure_future(_keep_alive(send, self.s.sse_keep_alive_interval))
+        if self.s.sse_keep_alive_interval_s > 0:
+            keepalive = asyncio.ensure_future(_keep_alive(send, self.s.sse_keep_alive_interval_s))
 
         async def emit(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})

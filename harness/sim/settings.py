@@ -28,12 +28,12 @@ class SimSettings:
     # lifecycle
     startup_s: float = 0.0
     startup_health_503: bool = False
-    shutdown_timeout: float = 0.0
+    shutdown_timeout_s: float = 0.0
     shutdown_mode: str = "abort"
     drain_new_requests: str = "abort"
     drain_health: int = 200
     enable_request_id_headers: bool = False
-    sse_keep_alive_interval: float = 0.0
+    sse_keep_alive_interval_s: float = 0.0
     send_timestamps: bool = False
     # per-process faults: a rate in [0, 1] for each kind, after N tokens
     fault_http_error_rate: float = 0.0
@@ -56,7 +56,7 @@ class SimSettings:
             raise ValueError("need 0 <= min_answer_tokens <= max_answer_tokens")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith(("_s", "_rate", "timeout", "interval")) and value < 0:
+            if f.name.endswith(("_s", "_rate")) and value < 0:
                 raise ValueError(f"{f.name} must not be negative")
             if f.name.endswith("_rate") and value > 1:
                 raise ValueError(f"{f.name} is a rate between 0 and 1")
@@ -78,7 +78,7 @@ _HELP = {
     "max_answer_tokens": "longest natural answer",
     "startup_s": "weight-loading time; the port refuses connections meanwhile",
     "startup_health_503": "during startup, listen and answer /health 503 instead of refusing",
-    "shutdown_timeout": "SIGTERM drain: 0 = abort in-flight at once (vLLM default), "
+    "shutdown_timeout_s": "SIGTERM drain: 0 = abort in-flight at once (vLLM default), "
     "N = keep serving in-flight streams up to N s",
     "shutdown_mode": "how in-flight streams end in abort mode: abort (v0.18+), "
     "legacy (close without finish or [DONE], pre-0.18), hang (never close until SIGKILL)",
@@ -86,7 +86,7 @@ _HELP = {
     "as vLLM) or 503",
     "drain_health": "/health status while draining: 200 (vLLM) or 503",
     "enable_request_id_headers": "echo X-Request-Id in the response headers",
-    "sse_keep_alive_interval": "send ': keep-alive' comments every N s (0 = off)",
+    "sse_keep_alive_interval_s": "send ': keep-alive' comments every N s (0 = off)",
     "send_timestamps": "add the send time to each chunk (rollcheck_sent_at), for skew benchmarks",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",
     "fault_http_status": "status of injected HTTP errors (429, 500, 503, ...)",
@@ -97,11 +97,22 @@ _HELP = {
 }
 
 
+# Options named after vLLM's own flags rather than the setting.
+_FLAG_NAMES = {
+    "shutdown_timeout_s": "--shutdown-timeout",
+    "sse_keep_alive_interval_s": "--sse-keep-alive-interval",
+}
+
+
+def flag_name(name: str) -> str:
+    return _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one `--kebab-case` option per setting (bools become flags)."""
     defaults = SimSettings()
     for f in fields(SimSettings):
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_name(f.name)
         default = getattr(defaults, f.name)
         help_text = f"{_HELP[f.name]} (default: {default})"
         if isinstance(default, bool):
@@ -124,7 +135,7 @@ def to_args(settings: SimSettings) -> list[str]:
         value = getattr(settings, f.name)
         if value == getattr(defaults, f.name):
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_name(f.name)
         if isinstance(value, bool):
             args.append(flag)
         else:

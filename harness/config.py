@@ -1,0 +1,132 @@
+"""One config schema for `rollcheck up`, the load and the scenarios.
+
+Plain dataclasses filled from YAML, with dotted `--set key=value` overrides.
+A wrong key or value is one ConfigError line that names the key and the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the message is one line, fit to print as it is."""
+
+
+def load_yaml(path: Path) -> dict:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    return data
+
+
+def apply_sets(data: dict, sets: list[str]) -> dict:
+    """Apply `a.b.c=value` overrides (values parsed as YAML scalars) to a nested dict."""
+    out = _deep_copy(data)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. engine.ttft_s=0.2")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is not a section")
+        node[parts[-1]] = value
+    return out
+
+
+def _deep_copy(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _deep_copy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_deep_copy(v) for v in d]
+    return d
+
+
+def build(cls: type, data: dict | None, where: str = "") -> Any:
+    """Instantiate dataclass cls from data, checking keys and types recursively."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"unknown setting {key!r}; known here: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{where}.{name}" if where else name
+        kwargs[name] = _coerce(hints[name], value, key)
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(f"{where or 'config'}: {exc}") from None
+    return obj
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(args[0], value, key)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if key.endswith("_s") and value < 0:
+                raise ConfigError(f"{key}: a duration cannot be negative ({value})")
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected text, got {value!r}")
+    return value
+
+
+def to_dict(obj: Any) -> dict:
+    return dataclasses.asdict(obj)

@@ -1,0 +1,254 @@
+"""LoadRun: Locust, headless, as child processes; every request accounted for.
+
+A master (or one local process) plus N local workers, all in their own process
+groups so nothing outlives the run. Live counts come from the master's status
+file; stop() drains the users, waits for every record and checks that requests
+sent = records written = outcomes counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+import loadgen
+from harness.config import ConfigError
+from harness.proc import free_port
+from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
+from loadgen.settings import LoadSettings
+
+LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
+
+
+class LoadError(RuntimeError):
+    """The load could not run or lost requests: the message is one clear line."""
+
+
+@dataclass
+class LoadResult:
+    records: list[StreamRecord]
+    sent: int
+    status: dict
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def outcome_total(self) -> int:
+        return sum(1 for r in self.records if r.outcome in Outcome._value2member_map_)
+
+    def accounting_ok(self) -> bool:
+        return not self.problems
+
+    def raise_for_accounting(self) -> None:
+        if self.problems:
+            raise LoadError("; ".join(self.problems))
+
+
+class LoadRun:
+    def __init__(
+        self,
+        url: str,
+        run_dir: Path,
+        settings: LoadSettings,
+        thresholds: Thresholds,
+        start_timeout_s: float = 30.0,
+    ):
+        try:
+            settings.validate()
+        except ValueError as exc:
+            raise ConfigError(f"load: {exc}") from None
+        self.url = url.rstrip("/")
+        self.run_dir = Path(run_dir)
+        self.settings = settings
+        self.thresholds = thresholds
+        self.start_timeout_s = start_timeout_s
+        self.load_dir = self.run_dir / "load"
+        self.master: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self._logs: list = []
+        self.result: LoadResult | None = None
+
+    # --- lifecycle ---------------------------------------------------------
+    def preflight(self) -> None:
+        """Fail fast, in one line, on a target that cannot serve the load at all."""
+        target = self.url + self.settings.path
+        try:
+            r = httpx.post(target, json={"messages": []}, timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise LoadError(
+                f"target {self.url} is unreachable ({type(exc).__name__}); "
+                "check the URL and that the server is up"
+            ) from None
+        if r.status_code in (404, 405):
+            raise LoadError(
+                f"target answers {r.status_code} for {self.settings.path}; "
+                "check load.path and the base URL (it should not include /v1/...)"
+            )
+
+    def start(self) -> LoadRun:
+        self.load_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("stop", "status.json"):
+            (self.load_dir / stale).unlink(missing_ok=True)
+        (self.run_dir / "records.jsonl").unlink(missing_ok=True)
+        s = self.settings
+        n_workers = s.workers + s.external_workers
+        runtime = {
+            "url": self.url,
+            "settings": asdict(s),
+            "thresholds": asdict(self.thresholds),
+            "run_dir": str(self.run_dir),
+            "parent_pid": os.getpid(),
+            "worker_count": max(1, n_workers),
+        }
+        config_path = self.load_dir / "runtime.json"
+        config_path.write_text(json.dumps(runtime, indent=2))
+        env = dict(os.environ, ROLLCHECK_LOAD_CONFIG=str(config_path))
+        classes = ["RateUser"] if s.shape == "rate" else ["ChatUser"]
+        users = max(1, n_workers) if s.shape == "rate" else s.users
+        if s.long_answer_user:
+            classes.append("LongAnswerUser")
+            users += 1
+        base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless"]
+        base += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
+        lead = base + ["-u", str(users), "-r", str(s.spawn_rate), *classes]
+        if n_workers:
+            port = free_port()
+            lead += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port)]
+            lead += ["--expect-workers", str(n_workers)]
+        self.master = self._spawn(lead, env, "master")
+        for i in range(s.workers):
+            cmd = base + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+            wenv = dict(env, ROLLCHECK_WORKER_INDEX=str(i))
+            self.workers.append(self._spawn(cmd + classes, wenv, f"worker-{i}"))
+        self._wait(lambda st: st is not None, self.start_timeout_s, "Locust to start")
+        return self
+
+    def _spawn(self, cmd: list[str], env: dict, name: str) -> subprocess.Popen:
+        log = open(self.load_dir / f"{name}.log", "wb")
+        self._logs.append(log)
+        return subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def status(self) -> dict | None:
+        try:
+            return json.loads((self.load_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def counts(self) -> dict:
+        """Live counts: sent, finished (records written), in flight."""
+        st = self.status() or {}
+        return {
+            "sent": st.get("sent", 0),
+            "finished": st.get("records", 0),
+            "in_flight": st.get("in_flight", 0),
+        }
+
+    def wait_until_in_flight(self, n: int, timeout_s: float = 30.0) -> None:
+        self._wait(
+            lambda st: st and st.get("in_flight", 0) >= n, timeout_s, f"{n} streams in flight"
+        )
+
+    def wait_until_sent(self, n: int, timeout_s: float = 30.0) -> None:
+        self._wait(lambda st: st and st.get("sent", 0) >= n, timeout_s, f"{n} requests sent")
+
+    def _wait(self, cond, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_alive()
+            st = self.status()
+            if cond(st):
+                return st
+            if time.monotonic() > deadline:
+                raise LoadError(
+                    f"timed out after {timeout_s} s waiting for {what}; "
+                    f"load status: {self.counts()}"
+                )
+            time.sleep(0.05)
+
+    def _check_alive(self) -> None:
+        if self.master is not None and self.master.poll() is not None:
+            raise LoadError(
+                f"Locust exited with code {self.master.returncode}: {self._tail('master')}"
+            )
+
+    def _tail(self, name: str, lines: int = 3) -> str:
+        try:
+            text = (self.load_dir / f"{name}.log").read_text(errors="replace").strip()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def stop(self) -> LoadResult:
+        """Drain: users finish their stream up to stop_timeout_s; the rest are cancelled."""
+        if self.result is not None:
+            return self.result
+        problems: list[str] = []
+        (self.load_dir / "stop").write_text(json.dumps({"time": time.time()}))
+        budget = self.settings.stop_timeout_s + 30
+        try:
+            self.master.wait(budget)
+        except subprocess.TimeoutExpired:
+            problems.append(f"Locust did not stop within {budget} s: {self._tail('master')}")
+        for i, worker in enumerate(self.workers):
+            try:
+                code = worker.wait(10)  # workers quit with the master, exit code 0
+            except subprocess.TimeoutExpired:
+                code = None
+            if code != 0:
+                problems.append(f"worker-{i} exited with code {code}: {self._tail(f'worker-{i}')}")
+        self.close()
+        status = self.status() or {}
+        records = (
+            list(read_jsonl(self.run_dir / "records.jsonl"))
+            if (self.run_dir / "records.jsonl").exists()
+            else []
+        )
+        sent = status.get("sent", 0)
+        if status.get("state") != "done":
+            problems.append(f"Locust ended without finishing the run ({self._tail('master')})")
+        for wid in status.get("lost_workers", []):
+            problems.append(f"worker {wid} never reported its last records")
+        result = LoadResult(records, sent, status)
+        if not sent == len(records) == result.outcome_total:
+            problems.append(
+                f"accounting: sent {sent}, records {len(records)}, "
+                f"outcomes {result.outcome_total}: requests were lost"
+            )
+        result.problems = problems
+        self.result = result
+        return result
+
+    def close(self) -> None:
+        """Stop every process of the run (idempotent)."""
+        for proc in [self.master, *self.workers]:
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if proc is not None:
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        for log in self._logs:
+            log.close()
+        self._logs = []
+
+    def __enter__(self) -> LoadRun:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.result is None and exc[0] is not None:
+            self.close()
+        elif self.result is None:
+            self.stop()

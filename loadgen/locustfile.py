@@ -1,0 +1,324 @@
+"""rollcheck's Locust users: streaming chat load, every request judged and shipped.
+
+Started by harness/load.py (`LoadRun`) with ROLLCHECK_LOAD_CONFIG naming a JSON
+file: {"url", "settings", "thresholds", "run_dir", "parent_pid"}. Each worker
+judges its streams with harness.client and ships StreamRecords to the master in
+batches (Locust custom messages); the master writes records.jsonl and a live
+status file. Stopping is ours, not Locust's, so that no request is lost:
+LoadRun writes <run>/load/stop; the master tells workers to drain; users finish
+their stream within stop_timeout_s; the rest are cancelled and still recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import gevent
+import gevent.pool
+from locust import LoadTestShape, User, constant, events, task
+from locust.exception import StopUser
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
+from harness.client import chat_payload, make_client, new_request_id, stream_request
+from harness.config import build
+from harness.streams import StreamRecord, Thresholds
+from loadgen.settings import LoadSettings, draw, prompt_text
+
+RUNTIME = json.loads(Path(os.environ["ROLLCHECK_LOAD_CONFIG"]).read_text())
+SETTINGS: LoadSettings = build(LoadSettings, RUNTIME["settings"])
+THRESHOLDS = Thresholds(**RUNTIME["thresholds"])
+URL = RUNTIME["url"].rstrip("/") + SETTINGS.path
+RUN_DIR = Path(RUNTIME["run_dir"])
+FLUSH_S = 0.25
+MAX_BATCH = 500
+
+
+class WorkerState:
+    """The worker side: counts, in-flight requests, the outgoing batch."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.finished = 0
+        self.batch: list[dict] = []
+        self.draining = False
+        self.done = False
+        self.in_flight: set[gevent.Greenlet] = set()
+        self.loop_lag: list[float] = []
+        self.rate_lag: list[float] = []
+        self.rng = random.Random(SETTINGS.seed + os.getpid())
+        self.client = make_client(THRESHOLDS.stall_timeout_s)
+
+    def record(self, environment, record: StreamRecord) -> None:
+        self.finished += 1
+        self.batch.append(json.loads(record.to_json()))
+        ok = record.outcome == "complete"
+        environment.events.request.fire(
+            request_type="SSE",
+            name=SETTINGS.path,
+            response_time=record.duration_s * 1000,
+            response_length=record.bytes,
+            exception=None if ok else Exception(record.outcome),
+            context={"request_id": record.request_id},
+        )
+        if record.ttft_s is not None:
+            environment.events.request.fire(
+                request_type="TTFT",
+                name=SETTINGS.path,
+                response_time=record.ttft_s * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+
+    def one_request(self, environment, max_tokens: int, tags: dict) -> None:
+        self.sent += 1
+        i = self.sent
+        payload = chat_payload(
+            SETTINGS.model,
+            prompt_text(draw(SETTINGS.prompt_tokens, self.rng), i),
+            max_tokens,
+            ignore_eos=SETTINGS.ignore_eos,
+        )
+        me = gevent.getcurrent()
+        self.in_flight.add(me)
+
+        def keep(record: StreamRecord) -> None:
+            record.tags = tags
+            self.record(environment, record)
+
+        try:
+            stream_request(
+                self.client, URL, payload, THRESHOLDS, request_id=new_request_id(), on_record=keep
+            )
+        finally:
+            self.in_flight.discard(me)
+
+    def message(self, environment, done: bool = False) -> dict:
+        batch, self.batch = self.batch, []
+        runner = environment.runner
+        return {
+            "records": batch,
+            "sent": self.sent,
+            "finished": self.finished,
+            "in_flight": len(self.in_flight),
+            "loop_lag": _pcts(self.loop_lag),
+            "rate_lag": _pcts(self.rate_lag),
+            "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)),
+            "done": done,
+            "pid": os.getpid(),
+        }
+
+
+def _pcts(values: list[float]) -> dict:
+    if not values:
+        return {"p50_s": None, "p99_s": None, "n": 0}
+    s = sorted(values[-20000:])
+    return {"p50_s": s[len(s) // 2], "p99_s": s[min(len(s) - 1, int(0.99 * len(s)))], "n": len(s)}
+
+
+STATE: WorkerState | None = None
+
+
+class Collector:
+    """The master side: writes records as they come and a live status file."""
+
+    def __init__(self, environment) -> None:
+        self.env = environment
+        (RUN_DIR / "load").mkdir(parents=True, exist_ok=True)
+        self.records = open(RUN_DIR / "records.jsonl", "a")
+        self.written = 0
+        self.workers: dict[str, dict] = {}
+        self.state = "running"
+        self.lost: list[str] = []
+
+    def on_records(self, environment, msg, **_) -> None:
+        data = msg.data
+        for rec in data["records"]:
+            self.records.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        self.written += len(data["records"])
+        self.records.flush()
+        info = {k: v for k, v in data.items() if k != "records"}
+        info["received"] = self.workers.get(msg.node_id, {}).get("received", 0) + len(
+            data["records"]
+        )
+        self.workers[msg.node_id] = info
+
+    def status(self) -> dict:
+        ws = self.workers.values()
+        runner = self.env.runner
+        cpu = any(w.get("cpu_warning") for w in ws) or bool(
+            getattr(runner, "worker_cpu_warning_emitted", False)
+            or getattr(runner, "cpu_warning_emitted", False)
+        )
+        return {
+            "state": self.state,
+            "sent": sum(w["sent"] for w in ws),
+            "records": self.written,
+            "in_flight": sum(w["in_flight"] for w in ws),
+            "workers": self.workers,
+            "lost_workers": self.lost,
+            "cpu_warning": cpu,
+            "time": time.time(),
+        }
+
+    def write_status(self) -> None:
+        path = RUN_DIR / "load" / "status.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status()))
+        tmp.replace(path)
+
+    def run(self) -> None:
+        stop_file = RUN_DIR / "load" / "stop"
+        parent = int(RUNTIME.get("parent_pid") or 0)
+        while not stop_file.exists():
+            self.write_status()
+            if parent and not _alive(parent):
+                break  # the harness died: stop rather than run on as an orphan
+            gevent.sleep(0.1)
+        self.state = "stopping"
+        grace = SETTINGS.stop_timeout_s
+        self.env.runner.send_message("rollcheck_stop", {"grace_s": grace})
+        deadline = time.monotonic() + grace + 15
+        while time.monotonic() < deadline:
+            self.write_status()
+            expected = self._expected_workers()
+            if expected and all(self.workers.get(w, {}).get("done") for w in expected):
+                break
+            gevent.sleep(0.1)
+        self.lost = [wid for wid, w in self.workers.items() if not w.get("done")]
+        self.state = "done"
+        self.records.close()
+        self.write_status()
+        self.env.runner.quit()
+
+    def _expected_workers(self) -> list[str]:
+        """Workers whose last records we wait for: every one Locust has not lost."""
+        runner = self.env.runner
+        if isinstance(runner, MasterRunner):
+            return [c.id for c in runner.clients.all if c.state != STATE_MISSING]
+        return ["local"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+@events.init.add_listener
+def on_init(environment, **_kwargs) -> None:
+    global STATE
+    runner = environment.runner
+    if not isinstance(runner, WorkerRunner):
+        collector = Collector(environment)
+        runner.register_message("rollcheck_records", collector.on_records)
+        gevent.spawn(collector.run)
+    if not isinstance(runner, MasterRunner):
+        STATE = WorkerState()
+        runner.register_message("rollcheck_stop", _on_stop)
+        gevent.spawn(_flusher, environment)
+        gevent.spawn(_loop_lag_monitor)
+
+
+def _flusher(environment) -> None:
+    # Counts go with every flush, records or not, so the master's live view stays current.
+    while not STATE.done:
+        gevent.sleep(FLUSH_S)
+        if not STATE.done:
+            environment.runner.send_message("rollcheck_records", STATE.message(environment))
+
+
+def _loop_lag_monitor() -> None:
+    # How late a sleeping greenlet wakes: the delay a request would see before it is sent.
+    while True:
+        t = time.monotonic()
+        gevent.sleep(0.05)
+        STATE.loop_lag.append(max(0.0, time.monotonic() - t - 0.05))
+
+
+def _on_stop(environment, msg, **_) -> None:
+    def drain() -> None:
+        STATE.draining = True
+        deadline = time.monotonic() + msg.data["grace_s"]
+        while STATE.in_flight and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        # Still open at the deadline: end them; each becomes a `cancelled` record.
+        gevent.killall(list(STATE.in_flight), block=True, timeout=5)
+        STATE.done = True
+        environment.runner.send_message("rollcheck_records", STATE.message(environment, done=True))
+
+    gevent.spawn(drain)
+
+
+class ChatUser(User):
+    """Closed loop: one streamed chat request after another."""
+
+    wait_time = constant(SETTINGS.think_time_s)
+
+    @task
+    def chat(self) -> None:
+        if STATE.draining:
+            raise StopUser()
+        max_tokens = draw(SETTINGS.max_tokens, STATE.rng)
+        STATE.one_request(self.environment, max_tokens, {"user": "chat", "max_tokens": max_tokens})
+
+
+class LongAnswerUser(User):
+    """Keeps exactly one very long answer in flight (the scale-to-zero victim)."""
+
+    fixed_count = 1
+    wait_time = constant(0)
+
+    @task
+    def long_answer(self) -> None:
+        if STATE.draining:
+            raise StopUser()
+        n = SETTINGS.long_answer_tokens
+        STATE.one_request(self.environment, n, {"user": "long", "max_tokens": n})
+
+
+class RateUser(User):
+    """Open loop: Poisson arrivals at rate_rps (split across workers), each in its own greenlet."""
+
+    wait_time = constant(0)
+
+    @task
+    def arrivals(self) -> None:
+        workers = max(1, RUNTIME.get("worker_count", 1))
+        rate = SETTINGS.rate_rps / workers
+        pool = gevent.pool.Pool()
+        rng = random.Random(SETTINGS.seed * 1000 + int(os.environ.get("ROLLCHECK_WORKER_INDEX", 0)))
+        next_at = time.monotonic()
+        while not STATE.draining:
+            next_at += rng.expovariate(rate) if rate > 0 else 3600
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                gevent.sleep(delay)
+            if STATE.draining:
+                break
+            STATE.rate_lag.append(max(0.0, time.monotonic() - next_at))
+            max_tokens = draw(SETTINGS.max_tokens, STATE.rng)
+            tags = {"user": "rate", "max_tokens": max_tokens}
+            pool.spawn(STATE.one_request, self.environment, max_tokens, tags)
+        pool.join()
+        raise StopUser()
+
+
+if SETTINGS.shape == "step":
+
+    class StepShape(LoadTestShape):
+        """users until step_at_s, then step_users: a load step for scale-up."""
+
+        def tick(self):
+            extra = 1 if SETTINGS.long_answer_user else 0
+            if self.get_run_time() < SETTINGS.step_at_s:
+                return SETTINGS.users + extra, SETTINGS.spawn_rate
+            return SETTINGS.step_users + extra, SETTINGS.spawn_rate

@@ -1,0 +1,63 @@
+"""Load settings: shape, prompt and answer-length mixes (the `load:` config section)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+SHAPES = ("users", "rate", "step")
+
+
+@dataclass
+class Share:
+    """A value drawn with a weight: `{tokens: 2000, weight: 0.2}`."""
+
+    tokens: int
+    weight: float = 1.0
+
+
+@dataclass
+class LoadSettings:
+    shape: str = "users"  # users: closed loop; rate: Poisson arrivals; step: users, then more
+    users: int = 8
+    spawn_rate: float = 100.0
+    rate_rps: float = 4.0
+    step_users: int = 16
+    step_at_s: float = 10.0
+    think_time_s: float = 0.0
+    prompt_tokens: list[Share] = field(default_factory=lambda: [Share(64)])
+    # a share of long answers, so streams are in flight whenever a pod is disturbed
+    max_tokens: list[Share] = field(default_factory=lambda: [Share(32, 0.8), Share(160, 0.2)])
+    ignore_eos: bool = True
+    long_answer_user: bool = False  # one extra user that keeps one very long answer in flight
+    long_answer_tokens: int = 2000
+    model: str | None = None
+    path: str = "/v1/chat/completions"
+    workers: int = 0  # 0: one local process; N: a master and N local workers
+    external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
+    stop_timeout_s: float = 5.0  # at stop, users may finish their stream this long
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {self.shape!r}")
+        for name in ("users", "step_users", "workers", "external_workers", "long_answer_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} cannot be negative ({getattr(self, name)})")
+        if self.rate_rps < 0 or self.spawn_rate <= 0:
+            raise ValueError("rate_rps must be >= 0 and spawn_rate > 0")
+        for mix_name in ("prompt_tokens", "max_tokens"):
+            mix = getattr(self, mix_name)
+            if not mix or any(s.tokens < 1 or s.weight < 0 for s in mix):
+                raise ValueError(f"{mix_name}: need at least one share, tokens >= 1, weight >= 0")
+        if not self.path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {self.path!r}")
+
+
+def draw(mix: list[Share], rng: random.Random) -> int:
+    return rng.choices([s.tokens for s in mix], weights=[s.weight for s in mix])[0]
+
+
+def prompt_text(tokens: int, i: int) -> str:
+    """A prompt of about `tokens` tokens (four characters each), unique per request."""
+    return f"request {i}: " + "tell me more " * max(1, tokens // 3)

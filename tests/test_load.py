@@ -1,0 +1,135 @@
+"""LoadRun against real simulators: records reach the master, nothing is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from harness.config import ConfigError, build
+from harness.load import LoadError, LoadRun
+from harness.streams import Thresholds
+from loadgen.settings import LoadSettings, Share
+
+
+def settings(**kw) -> LoadSettings:
+    base = dict(users=4, max_tokens=[Share(10), Share(300, 0.3)], stop_timeout_s=0.5)
+    base.update(kw)
+    return LoadSettings(**base)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_records_reach_the_master_and_long_streams_are_cancelled(sim_factory, tmp_path, workers):
+    sim = sim_factory(itl_s=0.02)
+    run = LoadRun(sim.url, tmp_path, settings(workers=workers), Thresholds(5))
+    with run:
+        run.wait_until_sent(12, timeout_s=30)
+        run.wait_until_in_flight(2)
+        live = run.counts()
+        assert live["sent"] >= live["finished"] + live["in_flight"] - 1
+    result = run.result
+    assert result.problems == []
+    assert result.sent == len(result.records) >= 12
+    outcomes = {r.outcome for r in result.records}
+    assert outcomes <= {"complete", "cancelled"}
+    assert "cancelled" in outcomes  # 6 s answers cannot finish within the 0.5 s stop timeout
+    cancelled = [r for r in result.records if r.outcome == "cancelled"]
+    assert all(r.tags["max_tokens"] == 300 for r in cancelled)
+    assert len({r.request_id for r in result.records}) == len(result.records)
+    assert (tmp_path / "records.jsonl").read_text().count("\n") == result.sent
+    assert run.master.poll() is not None and all(w.poll() is not None for w in run.workers)
+
+
+def test_killed_worker_is_reported(sim_factory, tmp_path):
+    sim = sim_factory(itl_s=0.02)
+    run = LoadRun(sim.url, tmp_path, settings(workers=2, users=6), Thresholds(5))
+    run.start()
+    run.wait_until_in_flight(4)
+    os.killpg(run.workers[1].pid, signal.SIGKILL)
+    result = run.stop()
+    assert any("worker-1 exited" in p for p in result.problems)
+    assert any(p.startswith("accounting") or "never reported" in p for p in result.problems)
+    with pytest.raises(LoadError):
+        result.raise_for_accounting()
+
+
+def test_poisson_rate(sim_factory, tmp_path):
+    sim = sim_factory(itl_s=0.001, ttft_s=0.001)
+    rate, seconds = 25.0, 8.0
+    s = settings(shape="rate", rate_rps=rate, max_tokens=[Share(2)], seed=7)
+    run = LoadRun(sim.url, tmp_path, s, Thresholds(5))
+    run.start()
+    run.wait_until_sent(1)
+    first = run.status()["time"]
+    import time
+
+    time.sleep(seconds)
+    result = run.stop()
+    starts = sorted(r.sent_at for r in result.records if r.sent_at <= first + seconds)
+    n = len([t for t in starts if t >= first])
+    expected = rate * seconds
+    assert abs(n - expected) < 4 * expected**0.5, (n, expected)  # 4 sigma for Poisson counts
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    cv = statistics.pstdev(gaps) / statistics.mean(gaps)
+    assert 0.7 < cv < 1.3  # exponential gaps (CV 1), not a fixed interval (CV 0)
+
+
+def test_step_shape_adds_users(sim_factory, tmp_path):
+    sim = sim_factory(itl_s=0.05)
+    s = settings(shape="step", users=1, step_users=5, step_at_s=1.5, max_tokens=[Share(200)])
+    run = LoadRun(sim.url, tmp_path, s, Thresholds(5))
+    with run:
+        run.wait_until_in_flight(5, timeout_s=20)
+    assert max(r.tags["max_tokens"] for r in run.result.records) == 200
+
+
+def test_unreachable_target_and_404_path(sim_factory, tmp_path):
+    run = LoadRun("http://127.0.0.1:9", tmp_path, settings(), Thresholds(5))
+    with pytest.raises(LoadError, match="unreachable"):
+        run.preflight()
+    sim = sim_factory()
+    run = LoadRun(sim.url, tmp_path, settings(path="/v2/chat"), Thresholds(5))
+    with pytest.raises(LoadError, match="404"):
+        run.preflight()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"userz": 3}, "unknown setting 'load.userz'"),
+        ({"users": -1}, "users cannot be negative"),
+        ({"shape": "wave"}, "shape must be one of"),
+        ({"think_time_s": -2}, "cannot be negative"),
+    ],
+)
+def test_bad_load_config(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(LoadSettings, data, "load")
+
+
+def test_cli_bad_input_is_one_line_and_leaves_no_process(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("load:\n  users: -3\n")
+    for args in (["--config", str(cfg)], ["--set", "load.nope=1"], []):
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                "load",
+                "http://127.0.0.1:9",
+                *args,
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "o" / "load" / "master.log").exists()
