@@ -136,7 +136,77 @@ def _load(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load]
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="run config YAML (default: rollcheck.yaml at the repo root)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, dotted keys, e.g. engine.shutdown_timeout_s=0",
+    )
+
+
+def _up(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="start the embedded local target in the foreground")
+    _config_args(p)
+    p.add_argument("--run-dir", type=Path, default=None, help="default reports/up-<time>")
+
+    def run(ns: argparse.Namespace) -> int:
+        import signal
+
+        from harness.cluster import TargetError
+        from harness.cluster.config import load_config
+        from harness.cluster.local import LocalTarget
+        from harness.cluster.local.gateway import GatewayError
+
+        cfg = load_config(ns.config, ns.set)
+        run_dir = ns.run_dir or Path("reports") / time.strftime("up-%Y%m%d-%H%M%S")
+        target = LocalTarget(cfg, run_dir)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        try:
+            target.start()
+            target.wait_settled(cfg.replicas, timeout_s=120)
+            print(
+                f"gateway: {target.gateway_url}  (run folder {run_dir}; Ctrl-C stops)", flush=True
+            )
+            shown = None
+            while True:
+                states = sorted(
+                    (
+                        p.name,
+                        p.version,
+                        p.node,
+                        p.address,
+                        "terminating" if p.terminating else "ready" if p.ready else p.phase.lower(),
+                    )
+                    for p in target.pods()
+                )
+                if states != shown:
+                    shown = states
+                    print(time.strftime("%H:%M:%S"), "pods:", flush=True)
+                    for name, version, node, address, state in states:
+                        print(
+                            f"  {name:<28} {version:<6} {node:<8} {address:<22} {state}", flush=True
+                        )
+                time.sleep(0.5)
+        except (TargetError, GatewayError) as exc:
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            print("stopping: pods and gateway", flush=True)
+            return 0
+        finally:
+            target.close()
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load, _up]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,155 @@
+"""Targets: one interface over the embedded local target and a Kubernetes cluster.
+
+A scenario never asks which target it runs on. Waiting lives here, so scenario
+files read as steady state, act, observe, judge.
+"""
+
+from __future__ import annotations
+
+import abc
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from harness.cluster.events import Event
+
+
+class TargetError(RuntimeError):
+    """The target cannot do what was asked: one clear line."""
+
+
+class Target(abc.ABC):
+    name: str
+    run_dir: Path
+
+    # --- lifecycle -----------------------------------------------------------
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop what the target started and put back what it changed."""
+
+    @property
+    @abc.abstractmethod
+    def gateway_url(self) -> str: ...
+
+    # --- observation ---------------------------------------------------------
+    @abc.abstractmethod
+    def pods(self) -> list: ...
+
+    @abc.abstractmethod
+    def events(self) -> list[Event]: ...
+
+    @abc.abstractmethod
+    def pod_metrics(self, name: str) -> dict[str, float]: ...
+
+    @abc.abstractmethod
+    def gateway_logs(self) -> tuple[Path | None, Path | None]:
+        """Paths of the gateway's access and error logs (None when not available)."""
+
+    @abc.abstractmethod
+    def action(self, kind: str, **detail) -> Event:
+        """Record a scenario action on the event timeline."""
+
+    # --- actions -------------------------------------------------------------
+    @abc.abstractmethod
+    def rollout(
+        self,
+        version: str,
+        engine: dict | None = None,
+        max_surge: str | None = None,
+        max_unavailable: str | None = None,
+        min_ready_s: float | None = None,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def rollout_done(self) -> bool: ...
+
+    @abc.abstractmethod
+    def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None: ...
+
+    @abc.abstractmethod
+    def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]: ...
+
+    @abc.abstractmethod
+    def uncordon(self, node: str) -> None: ...
+
+    @abc.abstractmethod
+    def scale(self, replicas: int) -> None: ...
+
+    @abc.abstractmethod
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None: ...
+
+    @abc.abstractmethod
+    def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def set_autoscaler(self, policy: str) -> None: ...
+
+    # --- waiting (shared) ----------------------------------------------------
+    def wait_for(
+        self, cond: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TargetError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(poll_s)
+
+    def ready_pods(self) -> list:
+        return [p for p in self.pods() if p.ready and not p.terminating]
+
+    def wait_ready(self, n: int, timeout_s: float = 60.0) -> None:
+        self.wait_for(lambda: len(self.ready_pods()) >= n, timeout_s, f"{n} ready pods")
+
+    def wait_settled(self, replicas: int, timeout_s: float = 60.0) -> None:
+        """Exactly `replicas` pods, all ready, none terminating, the rollout done."""
+
+        def settled() -> bool:
+            pods = self.pods()
+            return (
+                self.rollout_done()
+                and len(pods) == replicas
+                and all(p.ready and not p.terminating for p in pods)
+            )
+
+        self.wait_for(settled, timeout_s, f"{replicas} settled pods")
+        if replicas:
+            self.wait_gateway_serving(timeout_s)
+
+    def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
+        """The gateway routes to a ready engine (it learns of endpoints late)."""
+
+        def serving() -> bool:
+            try:
+                return httpx.get(self.gateway_url + "/v1/models", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        self.wait_for(serving, timeout_s, "the gateway to route to a ready pod", 0.1)
+
+    def wait_pod_gone(self, name: str, timeout_s: float = 60.0) -> None:
+        self.wait_for(
+            lambda: all(p.name != name for p in self.pods()), timeout_s, f"pod {name} to be gone"
+        )
+
+    def in_flight(self, name: str) -> int:
+        return int(self.pod_metrics(name).get("vllm:num_requests_running", 0))
+
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
+        """The ready pod with the most running sequences, once it has min_in_flight."""
+        best: list = []
+
+        def found() -> bool:
+            ranked = sorted(self.ready_pods(), key=lambda p: -self.in_flight(p.name))
+            if ranked and self.in_flight(ranked[0].name) >= min_in_flight:
+                best[:] = [ranked[0]]
+                return True
+            return False
+
+        self.wait_for(found, timeout_s, f"a pod with {min_in_flight} streams in flight", 0.1)
+        return best[0]

@@ -1,0 +1,171 @@
+"""The run config: one schema for `rollcheck up`, the pytest plugin and the targets.
+
+Durations end in `_s`. Engine keys are the simulator's own settings (snake_case
+of its options), so a config line and a `rollcheck sim` flag mean the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.config import ConfigError, apply_sets, build, load_yaml
+from harness.sim.settings import SimSettings
+from loadgen.settings import LoadSettings
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
+
+
+@dataclass
+class Probe:
+    period_s: float = 0.2
+    failure_threshold: int = 3
+    timeout_s: float = 1.0
+    initial_delay_s: float = 0.0
+
+    def validate(self) -> None:
+        if self.period_s <= 0 or self.failure_threshold < 1:
+            raise ValueError("a probe needs period_s > 0 and failure_threshold >= 1")
+
+
+@dataclass
+class PodSettings:
+    prestop_s: float = 0.0  # preStop `sleep`, covering endpoint propagation
+    termination_grace_s: float = 30.0  # terminationGracePeriodSeconds, from deletion start
+    startup_probe: Probe | None = field(default_factory=lambda: Probe(0.1, 600))
+    readiness_probe: Probe = field(default_factory=lambda: Probe(0.2, 1))
+    liveness_probe: Probe | None = field(default_factory=lambda: Probe(1.0, 3))
+    restart_backoff_s: float = 0.5
+
+
+@dataclass
+class Strategy:
+    max_surge: str = "25%"
+    max_unavailable: str = "25%"
+    min_ready_s: float = 0.0
+    # facts.md's model: a terminating pod keeps its GPU, so it counts toward maxSurge
+    gpu_bound: bool = False
+
+    def resolve(self, replicas: int) -> tuple[int, int]:
+        """maxSurge rounds up, maxUnavailable down, as the Deployment controller does."""
+        surge = _count(self.max_surge, replicas, math.ceil, "max_surge")
+        unavailable = _count(self.max_unavailable, replicas, math.floor, "max_unavailable")
+        if surge == 0 and unavailable == 0:
+            unavailable = 1  # Kubernetes: both zero is invalid; it treats unavailable as 1
+        return surge, unavailable
+
+    def validate(self) -> None:
+        self.resolve(4)
+
+
+def _count(value: str, replicas: int, rounding, name: str) -> int:
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            n = rounding(float(text[:-1]) * replicas / 100)
+        else:
+            n = int(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected a count or a percentage, got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} cannot be negative")
+    return n
+
+
+@dataclass
+class PDB:
+    min_available: int | None = None
+    max_unavailable: int | None = None
+
+    def min_healthy(self, replicas: int) -> int | None:
+        if self.min_available is not None:
+            return self.min_available
+        if self.max_unavailable is not None:
+            return replicas - self.max_unavailable
+        return None
+
+
+@dataclass
+class Gateway:
+    endpoint_delay_s: float = 0.3  # how long until the gateway learns of an endpoint change
+    read_timeout_s: float = 3600.0
+
+
+@dataclass
+class Autoscaler:
+    # none; rate: idle means no queue and a low request rate (the unsafe signal);
+    # inflight: idle means no running sequences (num_requests_running == 0)
+    policy: str = "none"
+    idle_s: float = 2.0
+    period_s: float = 0.25
+    min_replicas: int = 0
+    rate_threshold_rps: float = 0.5
+
+    def validate(self) -> None:
+        if self.policy not in ("none", "rate", "inflight"):
+            raise ValueError(f"policy must be none, rate or inflight, not {self.policy!r}")
+
+
+@dataclass
+class Slo:
+    ttft_s: float = 2.0
+    itl_s: float | None = None
+    stall_timeout_s: float = 10.0
+
+
+@dataclass
+class ScenarioTiming:
+    warmup_s: float = 1.0  # steady load before acting
+    in_flight: int = 2  # streams that must be running on the victim before acting
+    cool_down_s: float = 2.0  # load after recovery
+    recovery_s: float = 30.0  # longest wait for the target to recover
+    ttft_slo_attainment: float = 0.9  # share of streams within the TTFT SLO after recovery
+
+
+@dataclass
+class Kube:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "default"
+    deployment: str = "rollcheck-sim"
+    selector: str | None = None
+    gateway_url: str | None = None
+    gateway_log_files: list[str] = field(default_factory=list)
+    allow_node_drain: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class RunConfig:
+    replicas: int = 3
+    nodes: int = 2
+    gpus_per_node: int = 0  # 0 = unlimited
+    version: str = "v1"
+    engine: SimSettings = field(default_factory=SimSettings)
+    pod: PodSettings = field(default_factory=PodSettings)
+    strategy: Strategy = field(default_factory=Strategy)
+    pdb: PDB = field(default_factory=PDB)
+    gateway: Gateway = field(default_factory=Gateway)
+    autoscaler: Autoscaler = field(default_factory=Autoscaler)
+    load: LoadSettings = field(default_factory=LoadSettings)
+    slo: Slo = field(default_factory=Slo)
+    scenario: ScenarioTiming = field(default_factory=ScenarioTiming)
+    kube: Kube = field(default_factory=Kube)
+
+    def validate(self) -> None:
+        if self.replicas < 0 or self.nodes < 1:
+            raise ValueError("replicas must be >= 0 and nodes >= 1")
+
+
+def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunConfig:
+    """The config file (default rollcheck.yaml at the repo root) with --set overrides."""
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    data = load_yaml(path) if path is not None else {}
+    data = apply_sets(data, sets or [])
+    where = str(path) if path else "config"
+    try:
+        return build(RunConfig, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

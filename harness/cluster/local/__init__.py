@@ -1,0 +1,250 @@
+"""The embedded local target: simulator pods behind a real nginx, Kubernetes' lifecycle."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from harness.cluster import Target, TargetError
+from harness.cluster.config import RunConfig, Strategy
+from harness.cluster.events import Event, EventLog
+from harness.cluster.local.controller import Controller, EvictionRefused, Template, scrape
+from harness.cluster.local.gateway import Nginx
+from harness.config import ConfigError, build
+from harness.proc import free_port
+from harness.sim.settings import SimSettings
+
+__all__ = ["EvictionRefused", "LocalTarget"]
+
+PID_DIR = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rollcheck" / "local-target"
+)
+
+
+class LocalTarget(Target):
+    name = "local"
+
+    def __init__(self, config: RunConfig, run_dir: Path):
+        self.cfg = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._events = EventLog(self.run_dir / "events.jsonl")
+        self._pidfile = PID_DIR / f"{os.getpid()}.json"
+        self._pids: dict[str, int] = {}
+        self.gateway = Nginx(
+            self.run_dir,
+            free_port(),
+            config.gateway.endpoint_delay_s,
+            config.gateway.read_timeout_s,
+            self._emit,
+        )
+        self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        reap_leftovers()
+        self.gateway.start()
+        self._remember("nginx", self.gateway.proc.pid)
+        self.controller.start()
+        self._started = True
+
+    def close(self) -> None:
+        if self._started:
+            self.controller.stop()
+            self.gateway.stop()
+            self._started = False
+        self._events.close()
+        self._pidfile.unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalTarget:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _emit(self, kind: str, **kw) -> Event:
+        ev = self._events.emit(kind, **kw)
+        if kind == "container_started":
+            self._remember(kw.get("pod", "?"), kw["pid"])
+        return ev
+
+    def _remember(self, name: str, pgid: int) -> None:
+        # Read at the next start: if this process was killed, its children are reaped then.
+        self._pids[name] = pgid
+        PID_DIR.mkdir(parents=True, exist_ok=True)
+        self._pidfile.write_text(json.dumps({"owner": os.getpid(), "groups": self._pids}))
+
+    # --- observation ---------------------------------------------------------------
+    @property
+    def gateway_url(self) -> str:
+        return self.gateway.url
+
+    def pods(self):
+        return self.controller.views()
+
+    def events(self) -> list[Event]:
+        return self._events.all()
+
+    def pod_metrics(self, name: str) -> dict[str, float]:
+        return scrape(self.controller.pod(name).spec.address)
+
+    def gateway_logs(self):
+        return self.gateway.access_log, self.gateway.error_log
+
+    def action(self, kind: str, **detail) -> Event:
+        return self._events.emit("action", action=kind, **detail)
+
+    def address_map(self) -> dict[str, list[tuple[float, float | None, str, str]]]:
+        """address -> [(from, to, pod, version)]: which pod held an address when."""
+        out: dict[str, list] = {}
+        for ev in self.events():
+            if ev.kind == "pod_created":
+                out.setdefault(ev.detail["address"], []).append([ev.t, None, ev.pod, ev.version])
+            elif ev.kind == "pod_removed":
+                for spans in out.values():
+                    for span in spans:
+                        if span[2] == ev.pod and span[1] is None:
+                            span[1] = ev.t
+        return {a: [tuple(s) for s in spans] for a, spans in out.items()}
+
+    # --- actions -------------------------------------------------------------------
+    def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
+        current = self.controller.template
+        settings = current.engine
+        if engine:
+            data = dataclasses.asdict(settings) | engine
+            try:
+                settings = build(SimSettings, data, "engine")
+            except ConfigError as exc:
+                raise TargetError(str(exc)) from None
+        strategy = self.controller.strategy
+        changes = {
+            k: v
+            for k, v in (
+                ("max_surge", max_surge),
+                ("max_unavailable", max_unavailable),
+                ("min_ready_s", min_ready_s),
+            )
+            if v is not None
+        }
+        if changes:
+            strategy = dataclasses.replace(
+                strategy, **{k: str(v) if k != "min_ready_s" else v for k, v in changes.items()}
+            )
+            Strategy.validate(strategy)
+        self.action("rollout", to_version=version, engine=engine or {}, **changes)
+        self.controller.set_template(Template(version, settings), strategy)
+
+    def rollout_done(self) -> bool:
+        return self.controller.rollout_done()
+
+    def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
+        self.action("evict", pod=name)
+        deadline = time.monotonic() + retry_deadline_s
+        while True:
+            try:
+                self.controller.evict(name)
+                return
+            except KeyError as exc:
+                raise TargetError(str(exc)) from None
+            except EvictionRefused:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.25)  # kubectl drain retries refused evictions every few seconds
+
+    def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
+        self.action("drain_node", node=node)
+        try:
+            self.controller.cordon(node)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+        victims = [p.name for p in self.pods() if p.node == node and not p.terminating]
+        for name in victims:
+            self.evict_pod(name, retry_deadline_s)
+        return victims
+
+    def uncordon(self, node: str) -> None:
+        self.controller.uncordon(node)
+
+    def scale(self, replicas: int) -> None:
+        if replicas < 0:
+            raise TargetError(f"cannot scale to {replicas} replicas")
+        self.action("scale", replicas=replicas)
+        self.controller.scale(replicas)
+
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.action("kill", pod=name, signal=signal.Signals(sig).name)
+        try:
+            self.controller.pod(name).signal(sig)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+
+    def delete_pod(self, name: str, grace_s: float | None = None) -> None:
+        self.action("delete", pod=name, grace_s=grace_s)
+        try:
+            self.controller.delete(name, grace_s)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+
+    def set_autoscaler(self, policy: str) -> None:
+        self.action("autoscaler", policy=policy)
+        self.controller.autoscaler = dataclasses.replace(self.controller.autoscaler, policy=policy)
+
+
+class _Recorder:
+    """The controller's event sink: the target's log, with pids remembered."""
+
+    def __init__(self, target: LocalTarget):
+        self.target = target
+
+    def emit(self, kind: str, **kw) -> Event:
+        return self.target._emit(kind, **kw)
+
+
+def reap_leftovers() -> list[int]:
+    """Kill the process groups of local targets whose owner died without cleaning up."""
+    killed = []
+    if not PID_DIR.exists():
+        return killed
+    for pidfile in PID_DIR.glob("*.json"):
+        try:
+            data = json.loads(pidfile.read_text())
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if _alive(data.get("owner", 0)):
+            continue
+        for pgid in data.get("groups", {}).values():
+            if _ours(pgid):
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
+                except ProcessLookupError:
+                    pass
+        pidfile.unlink(missing_ok=True)
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _ours(pgid: int) -> bool:
+    """Only a group whose leader is still a simulator or nginx (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"harness.cli sim" in cmdline or b"nginx" in cmdline

@@ -1,0 +1,398 @@
+"""The local control plane: Deployment, ReplicaSets, endpoints, PDB, nodes, autoscaler.
+
+One reconcile loop, with Kubernetes' rules where they decide the fate of a stream:
+- rolling update (pkg/controller/deployment/rolling.go): scale the new ReplicaSet
+  up while all pods < replicas + maxSurge; scale old ones down while available
+  pods stay >= replicas - maxUnavailable; "available" means ready for minReadySeconds;
+  terminating pods do not count, unless `gpu_bound` (facts.md's model);
+- scale-down picks not-ready pods first, then the newest;
+- eviction is refused (HTTP 429 in Kubernetes) when it would leave fewer healthy
+  pods than the PDB's minAvailable;
+- endpoints are the ready, non-terminating pods; the gateway learns of them late.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from harness.cluster.config import RunConfig
+from harness.cluster.events import EventLog
+from harness.cluster.local.gateway import Nginx
+from harness.cluster.local.kubelet import PodRunner, PodSpec
+from harness.proc import sim_command
+from harness.sim.settings import SimSettings
+
+TICK_S = 0.05
+
+
+class EvictionRefused(RuntimeError):
+    """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
+
+
+@dataclass(frozen=True)
+class Template:
+    version: str
+    engine: SimSettings
+
+
+@dataclass
+class PodView:
+    name: str
+    version: str
+    node: str
+    address: str
+    phase: str
+    ready: bool
+    terminating: bool
+    restarts: int
+    created_at: float
+
+
+class Controller:
+    def __init__(self, config: RunConfig, run_dir: Path, events: EventLog, gateway: Nginx):
+        self.cfg = config
+        self.run_dir = run_dir
+        self.events = events
+        self.gateway = gateway
+        self.replicas = config.replicas
+        self.strategy = config.strategy
+        self.template = Template(config.version, config.engine)
+        self.pods: dict[str, PodRunner] = {}
+        self.templates: dict[str, Template] = {}  # pod name -> its template
+        self.nodes = [f"node-{i}" for i in range(config.nodes)]
+        self.cordoned: set[str] = set()
+        self.autoscaler = config.autoscaler
+        self.lock = threading.RLock()
+        self._seq = 0
+        self._ip_seq = 0
+        self._endpoints: tuple[str, ...] = ()
+        self._capacity: tuple | None = None
+        self._rolling = False
+        self._idle_since: float | None = None
+        self._prev_finished: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
+        (run_dir / "pods").mkdir(parents=True, exist_ok=True)
+
+    # --- API used by the target ---------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with self.lock:
+            pods = list(self.pods.values())
+        for pod in pods:
+            pod.delete(grace_s=0)
+        for pod in pods:
+            pod.done.wait(10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def set_template(self, template: Template, strategy=None) -> None:
+        with self.lock:
+            if strategy is not None:
+                self.strategy = strategy
+            self.template = template
+            self._rolling = True
+            self.events.emit(
+                "rollout_started", version=template.version, detail_strategy=str(self.strategy)
+            )
+        self.wake()
+
+    def scale(self, replicas: int, by: str = "user") -> None:
+        with self.lock:
+            self.events.emit("scale", replicas_from=self.replicas, replicas_to=replicas, by=by)
+            self.replicas = replicas
+        self.wake()
+
+    def evict(self, name: str) -> None:
+        with self.lock:
+            pod = self.pods.get(name)
+            if pod is None or pod.terminating:
+                raise KeyError(f"no running pod named {name!r}")
+            min_healthy = self.cfg.pdb.min_healthy(self.replicas)
+            healthy = sum(1 for p in self.pods.values() if p.ready and not p.terminating)
+            if min_healthy is not None and pod.ready and healthy - 1 < min_healthy:
+                self.events.emit(
+                    "eviction_refused", pod=name, healthy=healthy, min_available=min_healthy
+                )
+                raise EvictionRefused(
+                    f"evicting {name} would leave {healthy - 1} healthy pods, "
+                    f"below the PDB's minimum of {min_healthy}"
+                )
+            self.events.emit("evicted", pod=name, node=pod.spec.node, version=pod.spec.version)
+            pod.delete()
+        self.wake()
+
+    def delete(self, name: str, grace_s: float | None = None) -> None:
+        with self.lock:
+            pod = self.pods.get(name)
+            if pod is None:
+                raise KeyError(f"no pod named {name!r}")
+            self.events.emit("deleted", pod=name, grace_s=grace_s)
+            pod.delete(grace_s)
+        self.wake()
+
+    def cordon(self, node: str) -> None:
+        if node not in self.nodes:
+            raise KeyError(f"no node named {node!r}; nodes: {', '.join(self.nodes)}")
+        with self.lock:
+            self.cordoned.add(node)
+            self.events.emit("cordoned", node=node)
+
+    def uncordon(self, node: str) -> None:
+        with self.lock:
+            self.cordoned.discard(node)
+            self.events.emit("uncordoned", node=node)
+        self.wake()
+
+    def views(self) -> list[PodView]:
+        with self.lock:
+            return [
+                PodView(
+                    p.spec.name,
+                    p.spec.version,
+                    p.spec.node,
+                    p.spec.address,
+                    p.phase,
+                    p.ready,
+                    p.terminating,
+                    p.restarts,
+                    p.created_at,
+                )
+                for p in self.pods.values()
+            ]
+
+    def pod(self, name: str) -> PodRunner:
+        with self.lock:
+            if name not in self.pods:
+                raise KeyError(f"no pod named {name!r}")
+            return self.pods[name]
+
+    def rollout_done(self) -> bool:
+        with self.lock:
+            return not self._rolling
+
+    # --- the reconcile loop ---------------------------------------------------
+    def _loop(self) -> None:
+        next_scale = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(TICK_S)
+            self._wake.clear()
+            with self.lock:
+                self._reap()
+                self._reconcile()
+                self._sync_endpoints()
+            if self.autoscaler.policy != "none" and time.monotonic() >= next_scale:
+                next_scale = time.monotonic() + self.autoscaler.period_s
+                self._autoscale()
+
+    def _reap(self) -> None:
+        for name, pod in list(self.pods.items()):
+            if pod.done.is_set():
+                del self.pods[name]
+                self.templates.pop(name, None)
+                self.events.emit(
+                    "pod_removed", pod=name, node=pod.spec.node, version=pod.spec.version
+                )
+
+    def _available(self, pod: PodRunner, now: float) -> bool:
+        if not pod.ready or pod.terminating or pod.ready_since is None:
+            return False
+        return now - pod.ready_since >= self.strategy.min_ready_s
+
+    def _reconcile(self) -> None:
+        now = time.time()
+        active = [p for p in self.pods.values() if not p.terminating]
+        new = [p for p in active if self.templates[p.spec.name] == self.template]
+        old = [p for p in active if self.templates[p.spec.name] != self.template]
+        replicas = self.replicas
+        if not old:
+            if len(new) < replicas:
+                for _ in range(replicas - len(new)):
+                    if self._create() is None:
+                        break
+            elif len(new) > replicas:
+                for pod in _scale_down_order(new)[: len(new) - replicas]:
+                    pod.delete()
+            if self._rolling and sum(self._available(p, now) for p in new) >= replicas:
+                self._rolling = False
+                self.events.emit("rollout_complete", version=self.template.version)
+            self._record_capacity(active, now)
+            return
+        surge, unavailable = self.strategy.resolve(replicas)
+        holding = len(self.pods) if self.strategy.gpu_bound else len(active)
+        # scale up the new ReplicaSet
+        room = replicas + surge - holding
+        if room > 0 and len(new) < replicas:
+            for _ in range(min(room, replicas - len(new))):
+                if self._create() is None:
+                    break
+                self.events.emit(
+                    "rollout_step", action="scale_up_new", version=self.template.version
+                )
+        # scale down old ReplicaSets
+        min_available = replicas - unavailable
+        new_unavailable = sum(1 for p in new if not self._available(p, now))
+        max_down = len(active) - min_available - new_unavailable
+        unhealthy_old = [p for p in old if not p.ready]
+        for pod in unhealthy_old[: max(0, max_down)]:
+            pod.delete()
+            self.events.emit("rollout_step", action="delete_unready_old", pod=pod.spec.name)
+        max_down -= min(len(unhealthy_old), max(0, max_down))
+        available = sum(1 for p in active if self._available(p, now))
+        can_remove = min(max_down, available - min_available)
+        for pod in _scale_down_order([p for p in old if p.ready])[: max(0, can_remove)]:
+            pod.delete()
+            self.events.emit(
+                "rollout_step", action="scale_down_old", pod=pod.spec.name, version=pod.spec.version
+            )
+        self._record_capacity(active, now)
+
+    def _record_capacity(self, active: list[PodRunner], now: float) -> None:
+        cap = (
+            sum(1 for p in active if p.ready),
+            sum(1 for p in active if self._available(p, now)),
+            len(self.pods),
+        )
+        if cap != self._capacity:
+            self._capacity = cap
+            self.events.emit(
+                "capacity", ready=cap[0], available=cap[1], pods=cap[2], replicas=self.replicas
+            )
+
+    def _create(self) -> PodRunner | None:
+        """A new pod of the current template, or None while no node has room (Pending)."""
+        node = self._schedule()
+        if node is None:
+            return None
+        self._seq += 1
+        t = self.template
+        name = f"{self.cfg.kube.deployment}-{t.version}-{self._seq}"
+        ip, port = self._address()
+        engine = replace(t.engine, host=ip, port=port, model_version=t.version)
+        spec = PodSpec(name, t.version, node, ip, port, sim_command(engine), self.cfg.pod)
+        pod = PodRunner(spec, self.events.emit, self.run_dir / "pods", on_change=self.wake)
+        self.pods[name] = pod
+        self.templates[name] = t
+        self.events.emit(
+            "pod_created", pod=name, node=spec.node, version=t.version, address=spec.address
+        )
+        pod.start()
+        return pod
+
+    def _schedule(self) -> str | None:
+        """The least-loaded schedulable node with a free GPU."""
+        load = {n: 0 for n in self.nodes if n not in self.cordoned}
+        for p in self.pods.values():
+            if p.spec.node in load:
+                load[p.spec.node] += 1  # a terminating pod still holds its GPU
+        cap = self.cfg.gpus_per_node
+        fits = [n for n, used in load.items() if not cap or used < cap]
+        return min(fits, key=lambda n: load[n]) if fits else None
+
+    def _address(self) -> tuple[str, int]:
+        self._ip_seq += 1
+        ip = f"127.0.{1 + self._ip_seq // 250}.{1 + self._ip_seq % 250}"
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            return ip, s.getsockname()[1]
+
+    def _sync_endpoints(self) -> None:
+        ready = {p.spec.address: p for p in self.pods.values() if p.ready and not p.terminating}
+        endpoints = tuple(sorted(ready))
+        if endpoints == self._endpoints:
+            return
+        before = set(self._endpoints)
+        addrs = {p.spec.address: p for p in self.pods.values()}
+        for a in sorted(set(endpoints) - before):
+            p = addrs[a]
+            self.events.emit(
+                "endpoint_added",
+                pod=p.spec.name,
+                node=p.spec.node,
+                version=p.spec.version,
+                address=a,
+            )
+        for a in sorted(before - set(endpoints)):
+            p = addrs.get(a)
+            self.events.emit("endpoint_removed", pod=p.spec.name if p else None, address=a)
+        self._endpoints = endpoints
+        self.gateway.set_endpoints(list(endpoints))
+
+    # --- autoscaler stand-in ----------------------------------------------------
+    def _autoscale(self) -> None:
+        """Scale to min_replicas after idle_s of "idle", as the policy defines idle."""
+        a = self.autoscaler
+        with self.lock:
+            pods = [p for p in self.pods.values() if p.ready and not p.terminating]
+            replicas = self.replicas
+        if replicas <= a.min_replicas or not pods:
+            self._idle_since = None
+            return
+        running = waiting = finished = 0.0
+        for p in pods:
+            m = scrape(p.spec.address)
+            running += m.get("vllm:num_requests_running", 0)
+            waiting += m.get("vllm:num_requests_waiting", 0)
+            total = m.get("vllm:request_success_total", 0)
+            finished += total - self._prev_finished.get(p.spec.name, total)
+            self._prev_finished[p.spec.name] = total
+        rate = finished / a.period_s
+        if a.policy == "rate":
+            idle = waiting == 0 and rate < a.rate_threshold_rps  # blind to long decodes
+        else:
+            idle = running == 0 and waiting == 0
+        now = time.monotonic()
+        if not idle:
+            self._idle_since = None
+            return
+        self._idle_since = self._idle_since or now
+        if now - self._idle_since >= a.idle_s:
+            self._idle_since = None
+            self.events.emit(
+                "autoscaler_decision",
+                policy=a.policy,
+                running=running,
+                waiting=waiting,
+                rate_rps=rate,
+                replicas_to=a.min_replicas,
+            )
+            self.scale(a.min_replicas, by=f"autoscaler ({a.policy})")
+
+
+def _scale_down_order(pods: list[PodRunner]) -> list[PodRunner]:
+    """Kubernetes' preference when removing pods: not ready first, then the newest."""
+    return sorted(pods, key=lambda p: (p.ready, -p.created_at))
+
+
+_METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
+
+
+def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:
+    """A pod's /metrics, summed per metric name (labels dropped)."""
+    try:
+        text = httpx.get(f"http://{address}/metrics", timeout=timeout_s).text
+    except httpx.HTTPError:
+        return {}
+    return parse_metrics(text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _METRIC.match(line.strip())
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out

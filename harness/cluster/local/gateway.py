@@ -1,0 +1,188 @@
+"""The local gateway: a real nginx, streaming-safe, fed an endpoint set after a delay.
+
+Endpoint changes reach nginx `endpoint_delay_s` after the cluster made them, as
+kube-proxy and ingress controllers learn of them late. A change rewrites the
+routes and reloads nginx: new requests use the new set, while old workers
+finish the streams they hold.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from harness.cluster.local.kubelet import die_with_parent
+
+# One JSON object per request: the fields that join a log line to a stream record.
+LOG_FORMAT = (
+    "log_format rollcheck escape=json '{"
+    '"time":$msec,"connection":$connection,"request_id":"$http_x_request_id",'
+    '"status":$status,"upstream_addr":"$upstream_addr","upstream_status":"$upstream_status",'
+    '"body_bytes_sent":$body_bytes_sent,"request_time":$request_time,'
+    '"upstream_response_time":"$upstream_response_time","request":"$request"'
+    "}';"
+)
+
+
+class GatewayError(RuntimeError):
+    pass
+
+
+def find_nginx() -> str:
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+    if found is None:
+        raise GatewayError(
+            "nginx is not installed; install it with `apt-get install nginx-light` "
+            "(scripts/run does this when run as root)"
+        )
+    return found
+
+
+class Nginx:
+    def __init__(
+        self,
+        run_dir: Path,
+        port: int,
+        endpoint_delay_s: float,
+        read_timeout_s: float,
+        emit=lambda *a, **k: None,
+    ):
+        self.dir = Path(run_dir) / "gateway"
+        self.port = port
+        self.delay_s = endpoint_delay_s
+        self.read_timeout_s = read_timeout_s
+        self.emit = emit
+        self.proc: subprocess.Popen | None = None
+        self._pending: list[tuple[float, tuple[str, ...]]] = []
+        self._applied: tuple[str, ...] | None = None
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def access_log(self) -> Path:
+        return self.dir / "access.log"
+
+    @property
+    def error_log(self) -> Path:
+        return self.dir / "error.log"
+
+    def start(self) -> None:
+        binary = find_nginx()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for name in ("client_body", "proxy"):
+            (self.dir / name).mkdir(exist_ok=True)
+        self._write_routes(())
+        self._applied = ()
+        (self.dir / "nginx.conf").write_text(self._config())
+        test = subprocess.run(
+            [binary, "-t", "-p", str(self.dir), "-c", "nginx.conf"], capture_output=True, text=True
+        )
+        if test.returncode != 0:
+            raise GatewayError(f"nginx rejected its config: {test.stderr.strip().splitlines()[-1]}")
+        self.proc = subprocess.Popen(
+            [binary, "-p", str(self.dir), "-c", "nginx.conf"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "stderr.log", "wb"),
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        deadline = time.monotonic() + 10
+        while not (self.dir / "nginx.pid").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                err = (self.dir / "stderr.log").read_text(errors="replace").strip()
+                raise GatewayError(
+                    f"nginx did not start: {err.splitlines()[-1] if err else 'no output'}"
+                )
+            time.sleep(0.02)
+        self._thread.start()
+
+    def set_endpoints(self, addresses: list[str]) -> None:
+        """The cluster's endpoint set changed now; nginx learns of it after the delay."""
+        with self._cv:
+            self._pending.append((time.monotonic() + self.delay_s, tuple(sorted(addresses))))
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._pending:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                apply_at, endpoints = self._pending[0]
+                wait = apply_at - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                self._pending.pop(0)
+            if endpoints != self._applied:
+                self._write_routes(endpoints)
+                self.proc.send_signal(signal.SIGHUP)  # graceful reload: old workers finish streams
+                self._applied = endpoints
+                self.emit("gateway_updated", endpoints=list(endpoints))
+
+    def _write_routes(self, endpoints: tuple[str, ...]) -> None:
+        if endpoints:
+            servers = "".join(f"    server {a} max_fails=0;\n" for a in endpoints)
+            routes = f"upstream engines {{\n{servers}    keepalive 64;\n}}\n"
+            location = "proxy_pass http://engines;"
+        else:
+            # A Service with no ready endpoints: ingress-nginx answers 503.
+            routes = ""
+            location = (
+                'default_type application/json; return 503 \'{"error": "no ready endpoints"}\';'
+            )
+        (self.dir / "upstreams.conf").write_text(routes)
+        (self.dir / "location.conf").write_text(location + "\n")
+
+    def _config(self) -> str:
+        return f"""daemon off;
+worker_processes 1;
+pid nginx.pid;
+error_log error.log error;
+events {{ worker_connections 8192; }}
+http {{
+    {LOG_FORMAT}
+    access_log access.log rollcheck;
+    client_body_temp_path client_body;
+    proxy_temp_path proxy;
+    client_body_buffer_size 1m;
+    include upstreams.conf;
+    server {{
+        listen 127.0.0.1:{self.port};
+        location / {{
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Request-Id $http_x_request_id;
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout {int(self.read_timeout_s)}s;
+            proxy_send_timeout {int(self.read_timeout_s)}s;
+            include location.conf;
+        }}
+    }}
+}}
+"""
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(5)

@@ -1,0 +1,258 @@
+"""PodRunner: the kubelet's contract for one pod whose container is a local process.
+
+Probes as the kubelet runs them (startup gates readiness and liveness; readiness
+only removes the pod from endpoints; liveness restarts the container); a
+container that exits is restarted after a backoff (restartPolicy: Always); and
+deletion runs preStop, then SIGTERM, then SIGKILL at terminationGracePeriodSeconds
+counted from the start of the deletion. The local target and the Kubernetes node
+agent both use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from harness.cluster.config import PodSettings, Probe
+
+TICK_S = 0.02
+PR_SET_PDEATHSIG = 1
+
+
+try:
+    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)  # loaded before any fork
+except OSError:
+    _LIBC = None
+
+
+def die_with_parent() -> None:
+    """preexec_fn: if the thread that started the child dies (the harness was killed),
+    the child gets SIGKILL instead of living on as an orphan (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class PodSpec:
+    name: str
+    version: str
+    node: str
+    ip: str
+    port: int
+    command: list[str]
+    settings: PodSettings
+    env: dict | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+class PodRunner(threading.Thread):
+    """Runs one pod until it is deleted; reports through `emit(kind, **detail)`."""
+
+    def __init__(
+        self,
+        spec: PodSpec,
+        emit: Callable[..., None],
+        log_dir: Path,
+        on_change: Callable[[], None] = lambda: None,
+    ):
+        super().__init__(name=f"pod-{spec.name}", daemon=True)
+        self.spec = spec
+        self._emit = emit
+        self.on_change = on_change
+        self.log_dir = log_dir
+        self.created_at = time.time()
+        self.phase = "Pending"
+        self.started = False
+        self.ready = False
+        self.ready_since: float | None = None
+        self.restarts = 0
+        self.exit_code: int | None = None
+        self.terminating = False
+        self.deletion_started: float | None = None
+        self._grace_s = spec.settings.termination_grace_s
+        self._deletion = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self.done = threading.Event()
+
+    # --- requests from the control plane -----------------------------------
+    def delete(self, grace_s: float | None = None) -> None:
+        if self.terminating:
+            return
+        if grace_s is not None:
+            self._grace_s = grace_s
+        self.terminating = True
+        self.deletion_started = time.time()
+        self._set_ready(False, "deleted")
+        self._deletion.set()
+
+    def signal(self, sig: int) -> None:
+        """Signal the container's main process (pod kill: the kubelet then restarts it)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            self.emit("signal", signal=signal.Signals(sig).name)
+            proc.send_signal(sig)
+
+    # --- the pod's life ----------------------------------------------------
+    def emit(self, kind: str, **detail) -> None:
+        self._emit(
+            kind, pod=self.spec.name, node=self.spec.node, version=self.spec.version, **detail
+        )
+
+    def run(self) -> None:
+        try:
+            while not self._deletion.is_set():
+                self._start_container()
+                reason = self._supervise()
+                if reason == "deleted":
+                    break
+                self._set_ready(False, reason)
+                self.started = False
+                self.restarts += 1
+                if self._deletion.wait(self.spec.settings.restart_backoff_s):
+                    break
+            self._terminate()
+        finally:
+            self.phase = "Terminated"
+            self.done.set()
+            self.on_change()
+
+    def _start_container(self) -> None:
+        log = open(self.log_dir / f"{self.spec.name}.log", "ab")
+        env = dict(os.environ, **(self.spec.env or {}))
+        self.proc = subprocess.Popen(
+            self.spec.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        self.phase = "Running"
+        self.emit("container_started", pid=self.proc.pid, address=self.spec.address)
+
+    def _supervise(self) -> str:
+        """Probe until the container exits or the pod is deleted; return why it ended."""
+        s = self.spec.settings
+        now = time.monotonic()
+        probes: dict[str, list] = {}  # name -> [probe, next_at, failures]
+        if s.startup_probe is not None:
+            probes["startup"] = [s.startup_probe, now + s.startup_probe.initial_delay_s, 0]
+        else:
+            self._mark_started()
+            self._arm_after_startup(probes, now)
+        while True:
+            if self._deletion.wait(TICK_S):
+                return "deleted"
+            code = self.proc.poll()
+            if code is not None:
+                self.exit_code = code
+                self.emit("exited", code=code)
+                return "exited"
+            now = time.monotonic()
+            for name, entry in list(probes.items()):
+                probe, next_at, failures = entry
+                if now < next_at:
+                    continue
+                ok = self._probe(probe)
+                entry[1] = time.monotonic() + probe.period_s
+                entry[2] = 0 if ok else failures + 1
+                if name == "startup":
+                    if ok:
+                        del probes["startup"]
+                        self._mark_started()
+                        self._arm_after_startup(probes, time.monotonic())
+                    elif entry[2] >= probe.failure_threshold:
+                        self.emit("probe_failed", probe="startup", failures=entry[2])
+                        self._kill_container("startup probe failed")
+                        return "startup probe failed"
+                elif name == "readiness":
+                    if ok:
+                        self._set_ready(True, "readiness probe succeeded")
+                    elif entry[2] >= probe.failure_threshold:
+                        self._set_ready(False, "readiness probe failed")
+                elif name == "liveness" and not ok and entry[2] >= probe.failure_threshold:
+                    self.emit("probe_failed", probe="liveness", failures=entry[2])
+                    self._set_ready(False, "liveness probe failed")
+                    self._stop_container(time.time() + self._grace_s)
+                    return "liveness probe failed"
+
+    def _arm_after_startup(self, probes: dict, now: float) -> None:
+        s = self.spec.settings
+        probes["readiness"] = [s.readiness_probe, now + s.readiness_probe.initial_delay_s, 0]
+        if s.liveness_probe is not None:
+            probes["liveness"] = [s.liveness_probe, now + s.liveness_probe.initial_delay_s, 0]
+
+    def _mark_started(self) -> None:
+        self.started = True
+        self.emit("started")
+
+    def _probe(self, probe: Probe) -> bool:
+        try:
+            r = httpx.get(f"http://{self.spec.address}/health", timeout=probe.timeout_s)
+            return 200 <= r.status_code < 400
+        except httpx.HTTPError:
+            return False
+
+    def _set_ready(self, ready: bool, reason: str) -> None:
+        if ready and self.terminating:
+            return
+        if ready != self.ready:
+            self.ready = ready
+            self.ready_since = time.time() if ready else None
+            self.emit("ready" if ready else "unready", reason=reason)
+            self.on_change()
+
+    def _kill_container(self, reason: str) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.emit("sigkill", reason=reason)
+            _killpg(self.proc, signal.SIGKILL)
+            self.proc.wait()
+            self.emit("exited", code=self.proc.returncode)
+
+    def _stop_container(self, deadline: float) -> None:
+        """preStop, SIGTERM, then SIGKILL at the deadline."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        prestop = self.spec.settings.prestop_s
+        if prestop > 0 and time.time() < deadline:
+            self.emit("prestop_started", sleep_s=prestop)
+            # The hook may not outlive the grace period.
+            time.sleep(max(0.0, min(prestop, deadline - time.time())))
+        if proc.poll() is None and time.time() < deadline:
+            self.emit("sigterm")
+            proc.send_signal(signal.SIGTERM)
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(TICK_S)
+        if proc.poll() is None:
+            self.emit("sigkill", reason="grace period over")
+            _killpg(proc, signal.SIGKILL)
+        proc.wait()
+        self.exit_code = proc.returncode
+        self.emit("exited", code=proc.returncode)
+
+    def _terminate(self) -> None:
+        self.phase = "Terminating"
+        started = self.deletion_started or time.time()
+        self.emit("terminating", grace_s=self._grace_s)
+        self._stop_container(started + self._grace_s)
+
+
+def _killpg(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

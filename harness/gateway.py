@@ -1,0 +1,182 @@
+"""Gateway logs: parse access and error lines, join them to stream records.
+
+Two access formats: rollcheck's nginx JSON format (harness/cluster/local/gateway.py)
+and ingress-nginx's default `upstreaminfo`. Error-log lines join an access line
+through nginx's connection number (`*N`) and the time window of the request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from harness.streams import StreamRecord
+
+
+@dataclass
+class GatewayLine:
+    request_id: str | None
+    status: int
+    upstream_addr: str | None  # the last upstream tried
+    upstream_status: str | None
+    body_bytes_sent: int
+    request_time_s: float
+    end_t: float  # epoch seconds
+    connection: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def start_t(self) -> float:
+        return self.end_t - self.request_time_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ErrorLine:
+    t: float
+    level: str
+    connection: int | None
+    message: str
+    upstream: str | None
+
+    @property
+    def prematurely_closed(self) -> bool:
+        return "upstream prematurely closed" in self.message
+
+
+def _last(value: str | None) -> str | None:
+    """nginx lists every upstream tried ("a, b : c"); the last one answered."""
+    if not value or value.strip() == "-":
+        return None
+    last = re.split(r", | : ", value.strip())[-1].strip()
+    return None if last == "-" else last
+
+
+def parse_json_line(line: str) -> GatewayLine:
+    d = json.loads(line)
+    return GatewayLine(
+        request_id=d.get("request_id") or None,
+        status=int(d["status"]),
+        upstream_addr=_last(d.get("upstream_addr")),
+        upstream_status=_last(d.get("upstream_status")),
+        body_bytes_sent=int(d.get("body_bytes_sent", 0)),
+        request_time_s=float(d.get("request_time", 0)),
+        end_t=float(d["time"]),
+        connection=int(d["connection"]) if d.get("connection") not in (None, "") else None,
+    )
+
+
+# ingress-nginx's default log-format-upstream (upstreaminfo)
+UPSTREAMINFO = re.compile(
+    r'^(?P<remote_addr>\S+) - (?P<remote_user>\S+) \[(?P<time_local>[^\]]+)\] "(?P<request>[^"]*)" '
+    r"(?P<status>\d{3}) (?P<body_bytes_sent>\d+) \"(?P<referer>[^\"]*)\" \"(?P<agent>[^\"]*)\" "
+    r"(?P<request_length>\d+) (?P<request_time>[\d.]+) \[(?P<upstream_name>[^\]]*)\] "
+    r"\[(?P<alt_upstream>[^\]]*)\] (?P<upstream_addr>.+?) (?P<upstream_response_length>[\d,: -]+?) "
+    r"(?P<upstream_response_time>[\d.,: -]+?) (?P<upstream_status>[\d,: -]+?) (?P<req_id>\S+)$"
+)
+
+
+def parse_upstreaminfo_line(line: str) -> GatewayLine:
+    m = UPSTREAMINFO.match(line.strip())
+    if not m:
+        raise ValueError("not an ingress-nginx upstreaminfo line")
+    end = datetime.strptime(m["time_local"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
+    return GatewayLine(
+        request_id=None if m["req_id"] == "-" else m["req_id"],
+        status=int(m["status"]),
+        upstream_addr=_last(m["upstream_addr"]),
+        upstream_status=_last(m["upstream_status"].strip()),
+        body_bytes_sent=int(m["body_bytes_sent"]),
+        request_time_s=float(m["request_time"]),
+        end_t=end,
+    )
+
+
+ERROR_LINE = re.compile(
+    r"^(?P<time>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) \[(?P<level>\w+)\] \d+#\d+: "
+    r"(?:\*(?P<conn>\d+) )?(?P<message>.*?)(?:, upstream: \"(?P<upstream>[^\"]*)\")?(?:, host: .*)?$"
+)
+
+
+def parse_error_line(line: str) -> ErrorLine | None:
+    m = ERROR_LINE.match(line.strip())
+    if not m:
+        return None
+    # nginx writes the error log in local time without a zone
+    t = datetime.strptime(m["time"], "%Y/%m/%d %H:%M:%S").timestamp()
+    upstream = m["upstream"]
+    if upstream:
+        upstream = re.sub(r"^\w+://", "", upstream).split("/", 1)[0]
+    return ErrorLine(t, m["level"], int(m["conn"]) if m["conn"] else None, m["message"], upstream)
+
+
+def read_access_log(path: Path) -> tuple[list[GatewayLine], int]:
+    """Lines in either format, and how many lines could not be parsed."""
+    lines, bad = [], 0
+    if not path or not Path(path).exists():
+        return lines, bad
+    for raw in Path(path).read_text(errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            lines.append(
+                parse_json_line(raw)
+                if raw.lstrip().startswith("{")
+                else parse_upstreaminfo_line(raw)
+            )
+        except (ValueError, KeyError):
+            bad += 1
+    return lines, bad
+
+
+def read_error_log(path: Path) -> list[ErrorLine]:
+    if not path or not Path(path).exists():
+        return []
+    out = []
+    for raw in Path(path).read_text(errors="replace").splitlines():
+        e = parse_error_line(raw)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def attach_errors(access: list[GatewayLine], errors: list[ErrorLine]) -> None:
+    """Join each error line to the access line on the same connection at that time."""
+    by_conn: dict[int, list[GatewayLine]] = {}
+    for line in access:
+        if line.connection is not None:
+            by_conn.setdefault(line.connection, []).append(line)
+    for err in errors:
+        candidates = by_conn.get(err.connection, [])
+        # the error log has one-second resolution
+        hits = [a for a in candidates if a.start_t - 1 <= err.t <= a.end_t + 1]
+        if hits:
+            min(hits, key=lambda a: abs(a.end_t - err.t)).errors.append(err.message)
+
+
+def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:
+    """Set record.gateway from the access line with the same request id; return matches."""
+    by_id = {a.request_id: a for a in access if a.request_id}
+    matched = 0
+    for r in records:
+        line = by_id.get(r.request_id)
+        if line is not None:
+            r.gateway = line.to_dict()
+            matched += 1
+    return matched
+
+
+def gateway_summary(access: list[GatewayLine], errors: list[ErrorLine]) -> dict:
+    status = Counter(str(a.status) for a in access)
+    return {
+        "status": dict(sorted(status.items())),
+        "upstream_prematurely_closed": sum(1 for e in errors if e.prematurely_closed),
+        "lines": len(access),
+        "error_lines": len(errors),
+    }

@@ -1,0 +1,252 @@
+"""The local target against Kubernetes' rules: real processes, real nginx, loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from harness.cluster import TargetError
+from harness.cluster.config import load_config
+from harness.cluster.local import EvictionRefused, LocalTarget
+from harness.gateway import read_access_log
+
+FAST = [
+    "engine.startup_s=0",
+    "pod.prestop_s=0.3",
+    "pod.termination_grace_s=5",
+    "gateway.endpoint_delay_s=0.2",
+    "engine.shutdown_timeout_s=3",
+    "pdb.min_available=null",
+]
+
+
+@pytest.fixture
+def target_factory(tmp_path):
+    made: list[LocalTarget] = []
+
+    def make(*sets: str, replicas: int = 2) -> LocalTarget:
+        cfg = load_config(None, [*FAST, f"replicas={replicas}", *sets])
+        t = LocalTarget(cfg, tmp_path / f"t{len(made)}")
+        made.append(t)
+        t.start()
+        t.wait_settled(replicas, 30)
+        return t
+
+    yield make
+    pids = []
+    for t in made:
+        pids += [e.detail["pid"] for e in t.events() if e.kind == "container_started"]
+        t.close()
+    for pid in pids:  # nothing left running
+        assert (
+            not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        )
+
+
+def chat(url: str, max_tokens: int = 4, rid: str | None = None) -> httpx.Response:
+    headers = {"X-Request-Id": rid} if rid else {}
+    return httpx.post(
+        url + "/v1/chat/completions",
+        headers=headers,
+        timeout=30,
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "max_tokens": max_tokens,
+        },
+    )
+
+
+def kinds(target, pod: str) -> list[str]:
+    return [e.kind for e in target.events() if e.pod == pod]
+
+
+def first(target, kind: str, pod: str | None = None, timeout_s: float = 5) -> float:
+    """Time of the first such event, waiting for it (the controller acts on its next tick)."""
+
+    def times():
+        return [e.t for e in target.events() if e.kind == kind and (pod is None or e.pod == pod)]
+
+    target.wait_for(lambda: times(), timeout_s, f"a {kind} event")
+    return times()[0]
+
+
+def test_readiness_gating_keeps_traffic_off_a_starting_pod(target_factory):
+    t = target_factory("engine.startup_s=2", replicas=1)
+    t.scale(2)
+    results = [chat(t.gateway_url).status_code for _ in range(15)]  # during the new pod's startup
+    assert results == [200] * 15
+    t.wait_settled(2, 30)
+    starting = next(p for p in t.pods() if p.name.endswith("-2"))
+    ready_at = next(
+        e.t
+        for e in t.events()
+        if e.kind == "gateway_updated" and starting.address in e.detail["endpoints"]
+    )
+    assert ready_at > first(t, "ready", starting.name)
+    access, _ = read_access_log(t.gateway_logs()[0])
+    early = [a for a in access if a.upstream_addr == starting.address and a.end_t < ready_at]
+    assert early == []
+
+
+def test_gateway_learns_of_removal_only_after_the_delay(target_factory):
+    t = target_factory("gateway.endpoint_delay_s=1.0", "pod.prestop_s=2", replicas=2)
+    victim = t.pods()[0]
+    t.evict_pod(victim.name)
+    removed = first(t, "endpoint_removed", victim.name)
+    deadline = removed + 0.8
+    rids = []
+    while time.time() < deadline:
+        rid = f"probe-{len(rids)}"
+        rids.append(rid)
+        assert chat(t.gateway_url, rid=rid).status_code == 200
+    t.wait_pod_gone(victim.name, 30)
+    updated = [e.t for e in t.events() if e.kind == "gateway_updated" and e.t > removed]
+    assert updated and updated[0] - removed >= 0.9
+    access, _ = read_access_log(t.gateway_logs()[0])
+    to_victim = [a for a in access if a.request_id in rids and a.upstream_addr == victim.address]
+    assert to_victim, "the gateway kept routing to the pod until it learned of the removal"
+
+
+def test_prestop_sigterm_and_sigkill_at_the_grace_deadline(target_factory):
+    t = target_factory(
+        "engine.shutdown_mode=hang",
+        "engine.shutdown_timeout_s=0",
+        "pod.prestop_s=0.5",
+        "pod.termination_grace_s=2",
+        replicas=1,
+    )
+    pod = t.pods()[0].name
+    t.delete_pod(pod)
+    t.wait_pod_gone(pod, 20)
+    start = first(t, "terminating", pod)
+    assert first(t, "prestop_started", pod) - start < 0.2
+    assert 0.45 < first(t, "sigterm", pod) - start < 0.8
+    assert 1.95 < first(t, "sigkill", pod) - start < 2.4  # hang mode never exits by itself
+    order = [
+        k
+        for k in kinds(t, pod)
+        if k
+        in (
+            "deleted",
+            "terminating",
+            "prestop_started",
+            "sigterm",
+            "sigkill",
+            "exited",
+            "pod_removed",
+        )
+    ]
+    assert order == [
+        "deleted",
+        "terminating",
+        "prestop_started",
+        "sigterm",
+        "sigkill",
+        "exited",
+        "pod_removed",
+    ]
+
+
+@pytest.mark.parametrize(
+    "surge, unavailable, gpu_bound",
+    [("1", "0", False), ("2", "1", False), ("3", "0", False), ("1", "0", True)],
+    ids=["1-0", "2-1", "blue-green", "1-0-gpu-bound"],
+)
+def test_rollout_respects_surge_and_unavailable(target_factory, surge, unavailable, gpu_bound):
+    t = target_factory(f"strategy.gpu_bound={str(gpu_bound).lower()}", replicas=3)
+    t.rollout("v2", max_surge=surge, max_unavailable=unavailable)
+    t.wait_for(t.rollout_done, 60, "the rollout")
+    t.wait_settled(3, 30)
+    assert {p.version for p in t.pods()} == {"v2"}
+    start = first(t, "rollout_started")
+    caps = [e.detail for e in t.events() if e.kind == "capacity" and e.t >= start]
+    assert caps, "capacity was recorded"
+    assert min(c["available"] for c in caps) >= 3 - int(unavailable)
+    if gpu_bound:  # a terminating pod keeps its GPU: never more than replicas + surge pods
+        assert max(c["pods"] for c in caps) <= 3 + int(surge)
+
+
+def test_eviction_refused_by_the_pdb_then_retried(target_factory):
+    t = target_factory("pdb.min_available=2", replicas=2)
+    victim = t.pods()[0].name
+    with pytest.raises(EvictionRefused):
+        t.evict_pod(victim)
+    assert "eviction_refused" in kinds(t, victim)
+    threading.Timer(0.5, t.scale, args=(3,)).start()  # capacity arrives while we retry
+    t.evict_pod(victim, retry_deadline_s=20)
+    assert "evicted" in kinds(t, victim)
+
+
+def test_drain_node_evicts_its_pods_and_cordons(target_factory):
+    t = target_factory(replicas=2)
+    node = t.pods()[0].node
+    victims = t.drain_node(node)
+    assert victims
+    t.wait_settled(2, 30)
+    assert all(p.node != node for p in t.pods())
+
+
+def test_scale_to_zero_and_back(target_factory):
+    t = target_factory(replicas=2)
+    t.scale(0)
+    t.wait_for(lambda: not t.pods(), 20, "no pods")
+    t.wait_for(lambda: chat(t.gateway_url).status_code == 503, 5, "the gateway to answer 503")
+    t.scale(2)
+    t.wait_settled(2, 30)
+    assert chat(t.gateway_url).status_code == 200
+
+
+def test_killed_container_is_restarted(target_factory):
+    t = target_factory(replicas=1)
+    pod = t.pods()[0].name
+    t.kill_pod(pod, signal.SIGKILL)
+    t.wait_for(lambda: t.pods()[0].restarts == 1 and t.pods()[0].ready, 20, "a restart")
+    assert kinds(t, pod).count("container_started") == 2
+    assert "exited" in kinds(t, pod) and "unready" in kinds(t, pod)
+
+
+def test_liveness_failure_restarts_a_frozen_engine(target_factory):
+    t = target_factory(
+        "pod.liveness_probe.period_s=0.2",
+        "pod.liveness_probe.timeout_s=0.2",
+        "pod.termination_grace_s=0.5",
+        replicas=1,
+    )
+    pod = t.pods()[0].name
+    t.kill_pod(pod, signal.SIGSTOP)  # alive but not answering
+    t.wait_for(lambda: t.pods()[0].restarts >= 1, 20, "a liveness restart")
+    assert any(e.kind == "probe_failed" and e.detail["probe"] == "liveness" for e in t.events())
+
+
+def test_up_rejects_a_bad_setting_in_one_line(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "up",
+            "--set",
+            "engine.ttft=1",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2
+    assert "unknown setting 'engine.ttft'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_rollout_with_a_bad_engine_setting_is_refused(target_factory):
+    t = target_factory(replicas=1)
+    with pytest.raises(TargetError, match="engine"):
+        t.rollout("v2", engine={"shutdown_mode": "explode"})
