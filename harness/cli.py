@@ -206,7 +206,36 @@ def _up(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up]
+def _report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report", help="write report.html for a run folder (or index.html for a session)"
+    )
+    p.add_argument("run_folder", type=Path)
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.report.html import write_index, write_report
+
+        folder = ns.run_folder
+        if not folder.is_dir():
+            raise UsageError(
+                f"{folder} is not a folder; give a run folder (reports/<session>/<run>)"
+            )
+        if (folder / "records.jsonl").exists() or (folder / "summary.json").exists():
+            try:
+                path = write_report(folder)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        else:
+            path = write_index(folder)
+            if path is None:
+                raise UsageError(f"{folder} holds no records.jsonl, summary.json or scenario runs")
+        print(path)
+        return 0
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load, _up, _report]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,1 +1,169 @@
-"""rollcheck pytest plugin: options, markers, fixtures and report hooks."""
+"""rollcheck's pytest plugin: options, markers, fixtures and the session index.
+
+Options: --target local|kube, --config FILE, --set key=value (repeatable),
+--reports-dir DIR, --kubeconfig FILE. Each scenario gets a run folder under
+<reports-dir>/<session>/, and the session writes index.html over all of them.
+State lives on the pytest config's stash, not in globals.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError
+
+KINDS = {
+    "rollout": "rolling update to a new engine version",
+    "drain": "evict pods or drain a node (voluntary disruption)",
+    "scale_to_zero": "scale an idle-looking replica to zero with a long answer in flight",
+    "pod_kill": "kill a pod mid-stream (involuntary disruption)",
+    "scale_up": "a load step while new replicas start",
+}
+
+config_key = pytest.StashKey[object]()
+session_dir_key = pytest.StashKey[Path]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rollcheck", "rollcheck scenarios")
+    group.addoption(
+        "--target",
+        choices=("local", "kube"),
+        default="local",
+        help="where the scenarios run (default: the embedded local target)",
+    )
+    group.addoption(
+        "--config",
+        type=Path,
+        default=None,
+        help="run config YAML (default: rollcheck.yaml at the repo root)",
+    )
+    group.addoption(
+        "--set",
+        action="append",
+        default=[],
+        dest="rollcheck_set",
+        metavar="KEY=VALUE",
+        help="override a config setting (dotted keys)",
+    )
+    group.addoption(
+        "--reports-dir",
+        type=Path,
+        default=Path("reports"),
+        help="where run folders go (default: reports/)",
+    )
+    group.addoption("--kubeconfig", default=None, help="kubeconfig for --target kube")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, text in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {text}")
+
+
+def _run_config(config: pytest.Config):
+    if config_key not in config.stash:
+        from harness.cluster.config import load_config
+
+        sets = list(config.getoption("rollcheck_set"))
+        if config.getoption("kubeconfig"):
+            sets.append(f"kube.kubeconfig={config.getoption('kubeconfig')}")
+        try:
+            config.stash[config_key] = load_config(config.getoption("config"), sets)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[config_key]
+
+
+def _session_dir(config: pytest.Config) -> Path:
+    if session_dir_key not in config.stash:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(config.getoption("reports_dir")) / f"{stamp}-{config.getoption('target')}"
+        path.mkdir(parents=True, exist_ok=True)
+        config.stash[session_dir_key] = path
+    return config.stash[session_dir_key]
+
+
+@pytest.fixture(scope="session")
+def rollcheck_config(pytestconfig):
+    """The RunConfig: the config file with every --set applied."""
+    return _run_config(pytestconfig)
+
+
+@pytest.fixture
+def run_dir(request) -> Path:
+    """This scenario's run folder: records, events, gateway logs, summary, report."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")
+    path = _session_dir(request.config) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def target(request, rollcheck_config, run_dir):
+    """The target, started and settled; stopped (and restored) afterwards."""
+    kind = request.config.getoption("target")
+    if kind == "local":
+        from harness.cluster.local import LocalTarget
+
+        tgt = LocalTarget(rollcheck_config, run_dir)
+    else:
+        from harness.cluster.kube import KubeTarget
+
+        tgt = KubeTarget(rollcheck_config, run_dir)
+    try:
+        tgt.start()
+        # Bringing the target up is not under test: allow for slow engine starts.
+        startup = rollcheck_config.engine.startup_s
+        tgt.wait_settled(
+            rollcheck_config.replicas,
+            timeout_s=max(60.0, rollcheck_config.scenario.recovery_s, 3 * startup + 30),
+        )
+        yield tgt
+    finally:
+        tgt.close()
+
+
+@pytest.fixture
+def scenario(request, rollcheck_config, target, run_dir):
+    """The scenario helper: steady state, act, observe, judge."""
+    from harness.scenario import Scenario
+
+    kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
+    sc = Scenario(request.node.name, kind, rollcheck_config, target, run_dir)
+    yield sc
+    if sc.load is not None:
+        sc.load.close()
+
+
+@pytest.fixture
+def load(scenario):
+    """A running load against the target (the scenario's steady state)."""
+    scenario.steady_state()
+    return scenario.load
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    from harness.scenario import ScenarioFailed
+
+    if call.excinfo is not None and call.excinfo.errisinstance(ScenarioFailed):
+        report.longrepr = str(call.excinfo.value)  # the verdict is the message, not a traceback
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if session_dir_key not in config.stash:
+        return
+    from harness.report.html import write_index
+
+    index = write_index(config.stash[session_dir_key])
+    if index is not None:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"rollcheck: session report {index}")

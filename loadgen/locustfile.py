@@ -276,11 +276,16 @@ class LongAnswerUser(User):
 
     fixed_count = 1
     wait_time = constant(0)
+    sent = 0
 
     @task
     def long_answer(self) -> None:
         if STATE.draining:
             raise StopUser()
+        if SETTINGS.long_answer_count and self.sent >= SETTINGS.long_answer_count:
+            gevent.sleep(0.1)  # its answers are done; stay idle until the run stops
+            return
+        self.sent += 1
         n = SETTINGS.long_answer_tokens
         STATE.one_request(self.environment, n, {"user": "long", "max_tokens": n})
 

@@ -31,6 +31,7 @@ class LoadSettings:
     ignore_eos: bool = True
     long_answer_user: bool = False  # one extra user that keeps one very long answer in flight
     long_answer_tokens: int = 2000
+    long_answer_count: int = 0  # answers the long user sends; 0 = one after another until stopped
     model: str | None = None
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers

@@ -48,6 +48,10 @@ class Target(abc.ABC):
     def pod_metrics(self, name: str) -> dict[str, float]: ...
 
     @abc.abstractmethod
+    def pod_health(self, name: str) -> int | None:
+        """The status of the pod's /health, or None when it does not answer."""
+
+    @abc.abstractmethod
     def gateway_logs(self) -> tuple[Path | None, Path | None]:
         """Paths of the gateway's access and error logs (None when not available)."""
 

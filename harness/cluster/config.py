@@ -121,6 +121,16 @@ class ScenarioTiming:
     cool_down_s: float = 2.0  # load after recovery
     recovery_s: float = 30.0  # longest wait for the target to recover
     ttft_slo_attainment: float = 0.9  # share of streams within the TTFT SLO after recovery
+    kill_signal: str = "SIGKILL"  # pod_kill: SIGKILL (OOM, crash) or SIGSTOP (a frozen node)
+    step_users: int = 10  # scale_up: users after the load step
+    hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
+    hpa_sync_s: float = 1.0  # scale_up: how long the HPA takes to notice
+
+    def validate(self) -> None:
+        import signal
+
+        if self.kill_signal not in signal.Signals.__members__:
+            raise ValueError(f"kill_signal: {self.kill_signal!r} is not a signal name like SIGKILL")
 
 
 @dataclass

@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
+
 from harness.cluster import Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.events import Event, EventLog
@@ -93,6 +95,13 @@ class LocalTarget(Target):
 
     def pod_metrics(self, name: str) -> dict[str, float]:
         return scrape(self.controller.pod(name).spec.address)
+
+    def pod_health(self, name: str) -> int | None:
+        try:
+            address = self.controller.pod(name).spec.address
+            return httpx.get(f"http://{address}/health", timeout=0.5).status_code
+        except (KeyError, httpx.HTTPError):
+            return None
 
     def gateway_logs(self):
         return self.gateway.access_log, self.gateway.error_log
@@ -195,6 +204,7 @@ class LocalTarget(Target):
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)
         self.controller.autoscaler = dataclasses.replace(self.controller.autoscaler, policy=policy)
+        self.controller.autoscaling = True
 
 
 class _Recorder:

@@ -69,6 +69,7 @@ class Controller:
         self.nodes = [f"node-{i}" for i in range(config.nodes)]
         self.cordoned: set[str] = set()
         self.autoscaler = config.autoscaler
+        self.autoscaling = False  # the deployment's scaler acts only once a scenario enables it
         self.lock = threading.RLock()
         self._seq = 0
         self._ip_seq = 0
@@ -194,7 +195,11 @@ class Controller:
                 self._reap()
                 self._reconcile()
                 self._sync_endpoints()
-            if self.autoscaler.policy != "none" and time.monotonic() >= next_scale:
+            if (
+                self.autoscaling
+                and self.autoscaler.policy != "none"
+                and time.monotonic() >= next_scale
+            ):
                 next_scale = time.monotonic() + self.autoscaler.period_s
                 self._autoscale()
 

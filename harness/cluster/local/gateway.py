@@ -159,6 +159,11 @@ http {{
     client_body_temp_path client_body;
     proxy_temp_path proxy;
     client_body_buffer_size 1m;
+    # Every endpoint change reloads nginx, and a reload closes idle keep-alive client
+    # connections, racing with a request sent on one (the client sees a close before
+    # headers). ingress-nginx changes endpoints without reloads, so to keep that
+    # artifact out of the verdicts, client connections are not kept alive here.
+    keepalive_timeout 0;
     include upstreams.conf;
     server {{
         listen 127.0.0.1:{self.port};

@@ -1,0 +1,525 @@
+"""report.html: one self-contained page per run; index.html over a pytest session.
+
+Charts are inline SVG drawn here: no script or network is needed to see them, the
+file is deterministic and small (a 10,000-stream run stays well under 10 MB),
+and it opens offline in any browser. A few lines of inline script only filter
+the broken-streams table.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from harness.cluster.events import Event, read_events
+from harness.streams import StreamRecord, read_jsonl
+from harness.streams.summary import count_flags, count_outcomes, latency_summary
+
+COLORS = {
+    "complete": "#2e7d32",
+    "cancelled": "#9e9e9e",
+    "missing_done": "#f9a825",
+    "truncated": "#ef6c00",
+    "reset": "#c62828",
+    "hung": "#6a1b9a",
+    "aborted": "#d84315",
+    "error_event": "#ad1457",
+    "http_error": "#4527a0",
+    "connect_error": "#283593",
+    "not_sse": "#5d4037",
+}
+VERSION_COLORS = ["#1565c0", "#00897b", "#7b1fa2", "#f4511e", "#546e7a"]
+MARKED_EVENTS = {
+    "sigterm": "#e65100",
+    "sigkill": "#b71c1c",
+    "exited": "#424242",
+    "endpoint_removed": "#0277bd",
+    "signal": "#b71c1c",
+}
+MAX_POINTS = 20_000  # streams drawn; beyond that, complete ones are sampled
+W, LEFT, RIGHT = 1100, 170, 20
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1180px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.verdict{display:inline-block;padding:3px 12px;border-radius:4px;color:#fff;font-weight:700}
+.pass{background:#2e7d32}.fail{background:#c62828}.na{background:#757575}
+table{border-collapse:collapse;margin:6px 0;font-size:13px} td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:left}
+th{background:#fafafa} .num{text-align:right;font-variant-numeric:tabular-nums}
+.hint{color:#6d4c41;margin:2px 0 10px 0} .muted{color:#777} svg{background:#fff;border:1px solid #eee}
+code{font-size:12px} .swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px}
+input{padding:4px 8px;width:320px}
+"""
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _fmt(x, unit="s", nd=3) -> str:
+    return "–" if x is None else f"{x:.{nd}f} {unit}".strip()
+
+
+def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
+    run_dir = Path(run_dir)
+    records = (
+        list(read_jsonl(run_dir / "records.jsonl")) if (run_dir / "records.jsonl").exists() else []
+    )
+    events = read_events(run_dir / "events.jsonl") if (run_dir / "events.jsonl").exists() else []
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+    else:  # a folder from `rollcheck load` or `probe` without a scenario verdict
+        summary = {
+            "scenario": run_dir.name,
+            "target": "?",
+            "verdict": "n/a",
+            "requests": len(records),
+            "outcomes": count_outcomes(records),
+            "flags": count_flags(records),
+            "checks": [],
+            "latency": {"all": latency_summary(records)},
+        }
+    return summary, records, events
+
+
+def write_report(run_dir: Path) -> Path:
+    summary, records, events = load_run(run_dir)
+    path = Path(run_dir) / "report.html"
+    path.write_text(render(summary, records, events))
+    return path
+
+
+def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> str:
+    t_act = summary.get("t_act")
+    t0 = t_act or min((r.sent_at for r in records), default=min((e.t for e in events), default=0.0))
+    verdict = summary.get("verdict", "n/a")
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>rollcheck {_e(summary.get('scenario'))}: {_e(verdict)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_e(summary.get('name') or summary.get('scenario'))} "
+        f"<span class='verdict {'pass' if verdict == 'pass' else 'fail' if verdict == 'fail' else 'na'}'>"
+        f"{_e(verdict.upper())}</span></h1>",
+        f"<div class=muted>scenario {_e(summary.get('scenario'))} · target {_e(summary.get('target'))}"
+        f" · {summary.get('requests', 0)} requests · times are seconds from the disruption</div>",
+        _actions(events, t0),
+        _failed_checks(summary),
+        _outcome_table(summary),
+        "<h2>Timeline</h2>",
+        _legend(),
+        _timeline_svg(
+            records, events, t0, ((summary.get("config") or {}).get("slo") or {}).get("ttft_s")
+        ),
+        _rollout_table(summary),
+        "<h2>Streams that did not complete</h2>",
+        _broken_table(records, events, t0),
+        "<h2>Latency before, during and after</h2>",
+        _latency_table(summary.get("latency") or {}),
+        "<h2>Gateway</h2>",
+        _gateway_table(summary.get("gateway")),
+        "<h2>Load generator</h2>",
+        _loadgen(summary.get("load_generator")),
+        "<h2>All checks</h2>",
+        _all_checks(summary),
+        _FILTER_JS,
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _actions(events: list[Event], t0: float) -> str:
+    acts = [e for e in events if e.kind == "action" and e.detail.get("action") != "health_probe"]
+    if not acts:
+        return "<p class=muted>No actions recorded.</p>"
+    rows = "".join(
+        f"<tr><td class=num>{e.t - t0:+.2f}</td><td>{_e(e.detail.get('action'))}</td>"
+        f"<td>{_e(e.pod or '')} <code>{_e(json.dumps({k: v for k, v in e.detail.items() if k != 'action'}))}</code></td></tr>"
+        for e in acts[:50]
+    )
+    return f"<h2>What was done</h2><table><tr><th>t</th><th>action</th><th>detail</th></tr>{rows}</table>"
+
+
+def _failed_checks(summary: dict) -> str:
+    failed = [c for c in summary.get("checks", []) if not c["passed"]]
+    if not failed:
+        return "<h2>Checks</h2><p>Every check passed.</p>" if summary.get("checks") else ""
+    items = "".join(
+        f"<li><b>{_e(c['name'])}</b>: observed {_e(c['observed'])}, expected {_e(c['expected'])}"
+        f"{'<div class=hint>hint: ' + _e(c['hint']) + '</div>' if c.get('hint') else ''}</li>"
+        for c in failed
+    )
+    return f"<h2>Failed checks</h2><ul>{items}</ul>"
+
+
+def _outcome_table(summary: dict) -> str:
+    outcomes = summary.get("outcomes", {})
+    cells = "".join(
+        f"<tr><td><span class=swatch style='background:{COLORS.get(k, '#000')}'></span>{_e(k)}</td>"
+        f"<td class=num>{v}</td></tr>"
+        for k, v in outcomes.items()
+        if v or k == "complete"
+    )
+    flags = "".join(
+        f"<tr><td>flag {_e(k)}</td><td class=num>{v}</td></tr>"
+        for k, v in (summary.get("flags") or {}).items()
+        if v
+    )
+    return (
+        f"<h2>Outcomes</h2><table><tr><th>outcome</th><th>streams</th></tr>{cells}{flags}</table>"
+    )
+
+
+def _legend() -> str:
+    items = "".join(
+        f"<span class=swatch style='background:{c}'></span>{k}" for k, c in COLORS.items()
+    )
+    marks = "".join(
+        f"<span class=swatch style='background:{c}'></span>{k}" for k, c in MARKED_EVENTS.items()
+    )
+    return f"<div class=muted>streams: {items}<br>pod events: {marks}</div>"
+
+
+class _Scale:
+    def __init__(self, lo: float, hi: float, a: float, b: float):
+        self.lo, self.hi, self.a, self.b = lo, hi if hi > lo else lo + 1, a, b
+
+    def __call__(self, v: float) -> float:
+        return round(self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a), 1)
+
+
+def _pod_spans(events: list[Event]) -> list[dict]:
+    pods: dict[str, dict] = {}
+    for e in events:
+        if not e.pod:
+            continue
+        p = pods.setdefault(
+            e.pod,
+            {
+                "pod": e.pod,
+                "version": e.version,
+                "node": e.node,
+                "created": e.t,
+                "ready": None,
+                "terminating": None,
+                "removed": None,
+                "marks": [],
+            },
+        )
+        if e.kind == "ready" and p["ready"] is None:
+            p["ready"] = e.t
+        elif e.kind in ("terminating",) and p["terminating"] is None:
+            p["terminating"] = e.t
+        elif e.kind == "pod_removed":
+            p["removed"] = e.t
+        if e.kind in MARKED_EVENTS:
+            p["marks"].append((e.t, e.kind))
+    return list(pods.values())
+
+
+def _timeline_svg(
+    records: list[StreamRecord], events: list[Event], t0: float, slo: float | None = None
+) -> str:
+    spans = _pod_spans(events)
+    times = [r.sent_at for r in records] + [r.ended_at for r in records] + [e.t for e in events]
+    if not times:
+        return "<p class=muted>Nothing to draw: no records and no events.</p>"
+    lo, hi = min(times) - t0, max(times) - t0
+    x = _Scale(lo, hi, LEFT, W - RIGHT)
+    versions = sorted({s["version"] or "?" for s in spans} | {r.version or "?" for r in records})
+    vcolor = {v: VERSION_COLORS[i % len(VERSION_COLORS)] for i, v in enumerate(versions)}
+    out: list[str] = []
+    y = 20
+    # lane 1: pods
+    out.append(f"<text x=8 y={y - 6} font-size=12 font-weight=600>pods</text>")
+    for s in sorted(spans, key=lambda s: s["created"]):
+        end = (s["removed"] or hi + t0) - t0
+        created, ready = s["created"] - t0, (s["ready"] or end + t0) - t0
+        term = (s["terminating"] or end + t0) - t0
+        c = vcolor[s["version"] or "?"]
+        out.append(f"<text x=8 y={y + 9} font-size=10>{_e(s['pod'][-24:])}</text>")
+        out.append(
+            f"<rect x={x(created)} y={y} width={max(1, x(ready) - x(created))} height=10 "
+            f"fill={c} opacity=0.3><title>{_e(s['pod'])} starting</title></rect>"
+        )
+        if s["ready"]:
+            out.append(
+                f"<rect x={x(ready)} y={y} width={max(1, x(term) - x(ready))} height=10 "
+                f"fill={c}><title>{_e(s['pod'])} {_e(s['version'])} ready</title></rect>"
+            )
+        if s["terminating"]:
+            out.append(
+                f"<rect x={x(term)} y={y} width={max(1, x(end) - x(term))} height=10 "
+                f"fill=#ff9800 opacity=0.6><title>{_e(s['pod'])} terminating</title></rect>"
+            )
+        for t, kind in s["marks"]:
+            out.append(
+                f"<rect x={x(t - t0) - 1} y={y - 2} width=2 height=14 "
+                f"fill={MARKED_EVENTS[kind]}><title>{kind} {t - t0:+.2f} s</title></rect>"
+            )
+        y += 14
+    pods_bottom = y
+    # lane 2: streams in flight
+    y += 16
+    h2 = 60
+    out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>in flight</text>")
+    edges = sorted(
+        [(r.sent_at - t0, 1) for r in records] + [(r.ended_at - t0, -1) for r in records]
+    )
+    level, peak, pts = 0, 1, [(lo, 0)]
+    for t, d in edges:
+        pts.append((t, level))
+        level += d
+        pts.append((t, level))
+        peak = max(peak, level)
+    ys = _Scale(0, peak, y + h2, y)
+    if len(pts) > 4000:
+        pts = pts[:: len(pts) // 4000 + 1]
+    out.append(
+        "<polyline fill=none stroke=#1565c0 stroke-width=1 points='"
+        + " ".join(f"{x(t)},{ys(v)}" for t, v in pts)
+        + "'/>"
+    )
+    out.append(f"<text x={LEFT - 4} y={y + 8} font-size=10 text-anchor=end>{peak}</text>")
+    y += h2 + 20
+    # lane 3: each stream at its start, height = duration, coloured by outcome
+    h3 = 120
+    out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>streams</text>")
+    out.append(f"<text x=8 y={y + 24} font-size=10>(start, duration)</text>")
+    dmax = max((r.duration_s for r in records), default=1.0)
+    yd = _Scale(0, dmax, y + h3, y)
+    drawn = _sample(records)
+    for r in drawn:
+        out.append(
+            f"<circle cx={x(r.sent_at - t0)} cy={yd(r.duration_s)} r={3 if r.broken else 1.6} "
+            f"fill={COLORS.get(r.outcome, '#000')}><title>{_e(r.request_id)} {r.outcome} "
+            f"{_e(r.pod)}</title></circle>"
+        )
+    out.append(f"<text x={LEFT - 4} y={y + 8} font-size=10 text-anchor=end>{dmax:.1f} s</text>")
+    y += h3 + 20
+    # lane 4: TTFT against the SLO
+    h4 = 100
+    out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>TTFT</text>")
+    ttfts = [r for r in drawn if r.ttft_s is not None]
+    tmax = max([r.ttft_s for r in ttfts] + [0.001])
+    if slo:
+        tmax = max(tmax, slo * 1.2)
+    yt = _Scale(0, tmax, y + h4, y)
+    if slo:
+        out.append(
+            f"<line x1={LEFT} x2={W - RIGHT} y1={yt(slo)} y2={yt(slo)} stroke=#c62828 "
+            f"stroke-dasharray='4 3'><title>SLO {slo} s</title></line>"
+        )
+        out.append(
+            f"<text x={LEFT - 4} y={yt(slo) + 3} font-size=10 text-anchor=end>SLO {slo} s</text>"
+        )
+    for r in ttfts:
+        out.append(
+            f"<circle cx={x(r.sent_at - t0)} cy={yt(r.ttft_s)} r=1.6 "
+            f"fill={'#c62828' if 'ttft_slo_breach' in r.flags else '#1565c0'}/>"
+        )
+    y += h4 + 10
+    # actions as vertical lines across every lane, and the time axis
+    for e in events:
+        if e.kind == "action" and e.detail.get("action") not in ("health_probe",):
+            out.append(
+                f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke=#d32f2f "
+                f"stroke-width=1.5><title>{_e(e.detail.get('action'))} {e.t - t0:+.2f} s</title></line>"
+            )
+    for i in range(11):
+        t = lo + (hi - lo) * i / 10
+        out.append(f"<text x={x(t)} y={y + 14} font-size=10 text-anchor=middle>{t:+.1f}</text>")
+    out.append(
+        f"<line x1={LEFT} x2={W - RIGHT} y1={pods_bottom + 4} y2={pods_bottom + 4} stroke=#eee/>"
+    )
+    svg = (
+        f"<svg id=timeline xmlns='http://www.w3.org/2000/svg' width={W} height={y + 24} "
+        f"viewBox='0 0 {W} {y + 24}'>" + "".join(out) + "</svg>"
+    )
+    return _quote_attributes(svg)
+
+
+_TAG = re.compile(r"<[a-z][^<>]*>")
+_UNQUOTED = re.compile(r"""=([^\s'"<>]+?)(?=[\s>]|/>)""")
+
+
+def _quote_attributes(markup: str) -> str:
+    """Quote bare attribute values: in `fill=#fff/>` the slash would join the value,
+    the element would not close, and everything after it would not be drawn."""
+    return _TAG.sub(lambda m: _UNQUOTED.sub(r'="\1"', m.group(0)), markup)
+
+
+def _sample(records: list[StreamRecord]) -> list[StreamRecord]:
+    """Every broken stream, and complete ones thinned beyond MAX_POINTS."""
+    broken = [r for r in records if r.outcome != "complete"]
+    ok = [r for r in records if r.outcome == "complete"]
+    room = max(0, MAX_POINTS - len(broken))
+    if len(ok) > room:
+        step = len(ok) / room if room else len(ok) + 1
+        ok = [ok[int(i * step)] for i in range(room)]
+    return ok + broken  # broken drawn last, on top
+
+
+def _rollout_table(summary: dict) -> str:
+    checks = {c["name"]: c for c in summary.get("checks", [])}
+    dur = checks.get("rollout_duration")
+    cap = next((c for n, c in checks.items() if n.startswith("capacity_floor")), None)
+    if not dur and not cap:
+        return ""
+    rows = ""
+    if dur:
+        rows += f"<tr><td>duration</td><td>{_e(dur['observed'])}</td><td>{_e(dur['expected'])}</td></tr>"
+    if cap:
+        rows += (
+            f"<tr><td>lowest available replicas</td><td>{_e(cap['observed'])}</td>"
+            f"<td>{_e(cap['expected'])}</td></tr>"
+        )
+    return (
+        "<h2>Rollout against the plan</h2><table><tr><th></th><th>measured</th>"
+        f"<th>planner</th></tr>{rows}</table>"
+    )
+
+
+def _broken_table(records: list[StreamRecord], events: list[Event], t0: float) -> str:
+    from harness.timeline import breaking_event
+
+    broken = [r for r in records if r.outcome != "complete"]
+    if not broken:
+        return "<p>Every stream completed.</p>"
+    rows = []
+    for r in sorted(broken, key=lambda r: r.sent_at):
+        gw = r.gateway or {}
+        ev = breaking_event(r, events)
+        cause = f"{ev.kind} {ev.t - t0:+.2f}" if ev else ""
+        err = "; ".join(gw.get("errors") or []) or (r.error or "")
+        rows.append(
+            f"<tr><td><code>{_e(r.request_id)}</code></td><td>{_e(r.pod)}</td><td>{_e(r.version)}</td>"
+            f"<td class=num>{r.sent_at - t0:+.2f}</td><td class=num>{r.ended_at - t0:+.2f}</td>"
+            f"<td style='color:{COLORS.get(r.outcome, '#000')}'>{_e(r.outcome)}</td>"
+            f"<td class=num>{r.tokens}</td><td>{_e(gw.get('status'))}</td><td>{_e(cause)}</td>"
+            f"<td>{_e(err[:160])}</td></tr>"
+        )
+    return (
+        f"<p>{len(broken)} streams. <input id=filter placeholder='filter: request id, pod, outcome...'></p>"
+        "<table id=broken><tr><th>request id</th><th>pod</th><th>version</th><th>start</th><th>end</th>"
+        "<th>outcome</th><th>tokens</th><th>gateway</th><th>pod event</th><th>error</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _latency_table(latency: dict) -> str:
+    rows = []
+    for phase, metrics in latency.items():
+        for name, p in metrics.items():
+            rows.append(
+                f"<tr><td>{_e(phase)}</td><td>{_e(name)}</td><td class=num>{p.get('n', 0)}</td>"
+                + "".join(f"<td class=num>{_fmt(p.get(k))}</td>" for k in ("p50", "p90", "p99"))
+                + "</tr>"
+            )
+    return (
+        "<table><tr><th>phase</th><th>metric</th><th>n</th><th>p50</th><th>p90</th><th>p99</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _gateway_table(gw: dict | None) -> str:
+    if not gw:
+        return "<p class=muted>No gateway logs for this run.</p>"
+    rows = "".join(
+        f"<tr><td>HTTP {_e(k)}</td><td class=num>{v}</td></tr>"
+        for k, v in gw.get("status", {}).items()
+    )
+    rows += (
+        f"<tr><td>upstream prematurely closed</td>"
+        f"<td class=num>{gw.get('upstream_prematurely_closed', 0)}</td></tr>"
+    )
+    return f"<table>{rows}</table>"
+
+
+def _loadgen(lg: dict | None) -> str:
+    if not lg:
+        return "<p class=muted>No load-generator data.</p>"
+    lag = lg.get("loop_lag_p99_s")
+    warn = (
+        "<b style='color:#c62828'>Locust warned of high CPU: latency figures from a "
+        "saturated generator are not to be trusted.</b>"
+        if lg.get("cpu_warning")
+        else "no CPU warning"
+    )
+    return f"<p>{lg.get('workers', 0)} worker(s); send lag p99 {_fmt(lag)}; {warn}</p>"
+
+
+def _all_checks(summary: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{'✔' if c['passed'] else '✘'}</td><td>{_e(c['name'])}</td><td>{_e(c['observed'])}</td>"
+        f"<td>{_e(c['expected'])}</td><td class=num>{len(c.get('requests', []))}</td></tr>"
+        for c in summary.get("checks", [])
+    )
+    return (
+        "<table><tr><th></th><th>check</th><th>observed</th><th>expected</th><th>requests</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+_FILTER_JS = """<script>
+(function(){var f=document.getElementById('filter');if(!f)return;
+f.addEventListener('input',function(){var q=f.value.toLowerCase();
+document.querySelectorAll('#broken tr').forEach(function(tr,i){if(i===0)return;
+tr.style.display=tr.textContent.toLowerCase().indexOf(q)<0?'none':'';});});})();
+</script>"""
+
+
+def write_index(session_dir: Path) -> Path | None:
+    """index.html over every scenario run of a session: the pass/fail matrix and links."""
+    session_dir = Path(session_dir)
+    runs = []
+    for summary_path in sorted(session_dir.glob("*/summary.json")):
+        s = json.loads(summary_path.read_text())
+        s["_folder"] = summary_path.parent.name
+        runs.append(s)
+    if not runs:
+        return None
+    rows = []
+    for s in runs:
+        broken = sum(v for k, v in s["outcomes"].items() if k not in ("complete", "cancelled"))
+        failed = ", ".join(c["name"] for c in s["checks"] if not c["passed"]) or "–"
+        v = s["verdict"]
+        rows.append(
+            f"<tr><td>{_e(s['scenario'])}</td><td><a href='{_e(s['_folder'])}/report.html'>"
+            f"{_e(s.get('name') or s['_folder'])}</a></td>"
+            f"<td><span class='verdict {'pass' if v == 'pass' else 'fail'}'>{_e(v)}</span></td>"
+            f"<td class=num>{s['requests']}</td><td class=num>{broken}</td><td>{_e(failed)}</td></tr>"
+        )
+    kinds = Counter((s["scenario"], s["verdict"]) for s in runs)
+    matrix = "".join(
+        f"<tr><td>{_e(k)}</td><td class=num>{kinds.get((k, 'pass'), 0)}</td>"
+        f"<td class=num>{kinds.get((k, 'fail'), 0)}</td></tr>"
+        for k in sorted({s["scenario"] for s in runs})
+    )
+    passed = all(s["verdict"] == "pass" for s in runs)
+    page = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
+        f"<style>{CSS}</style></head><body><h1>rollcheck session "
+        f"<span class='verdict {'pass' if passed else 'fail'}'>{'PASS' if passed else 'FAIL'}</span></h1>"
+        f"<p class=muted>{_e(session_dir.name)} · {len(runs)} scenario runs</p>"
+        "<h2>Pass / fail by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th></tr>"
+        f"{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th><th>run</th><th>verdict</th>"
+        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table></body></html>"
+    )
+    path = session_dir / "index.html"
+    path.write_text(page)
+    (session_dir / "index.json").write_text(
+        json.dumps(
+            [
+                {k: s[k] for k in ("scenario", "name", "verdict", "requests", "outcomes")}
+                | {"folder": s["_folder"]}
+                for s in runs
+            ],
+            indent=2,
+        )
+    )
+    return path

@@ -1,0 +1,43 @@
+"""Drain: evict a pod (or drain its node) while it streams answers.
+
+Streams in flight on the evicted pod must finish normally; no request that
+reaches it after SIGTERM may be aborted or refused; what /health said during
+the drain is recorded.
+"""
+
+import pytest
+
+from harness import checks
+
+
+@pytest.mark.drain
+@pytest.mark.parametrize("what", ["pod", "node"])
+def test_drain(scenario, what):
+    # steady state: load running, streams in flight on the pod about to go
+    scenario.steady_state()
+    victim = scenario.busiest_pod()
+
+    # act
+    if what == "pod":
+        scenario.disturb(victim.name)
+        scenario.record_health(victim.name)
+        scenario.target.evict_pod(victim.name, retry_deadline_s=30)
+    else:
+        on_node = [p.name for p in scenario.target.pods() if p.node == victim.node]
+        scenario.disturb(*on_node)
+        scenario.record_health(victim.name)
+        scenario.target.drain_node(victim.node, retry_deadline_s=60)
+
+    # observe
+    scenario.wait_recovered()
+    scenario.cool_down()
+
+    # judge
+    scenario.judge(
+        checks.in_flight_streams_finish,
+        checks.no_abort_after_sigterm,
+        checks.no_hung_streams,
+        checks.gateway_clean,
+        checks.recovery_time,
+        checks.health_recorded_during_drain,
+    )

@@ -1,0 +1,27 @@
+"""Scale up: a load step, and how long TTFT breaks its SLO while new replicas start."""
+
+import pytest
+
+from harness import checks
+
+
+@pytest.mark.scale_up
+def test_scale_up(scenario):
+    # steady state: light load on a single replica
+    scenario.prepare_replicas(1)
+    scenario.steady_state(shape="step", users=2, step_users=scenario.step_users, in_flight=1)
+
+    # act: the step arrives; the autoscaler (HPA arithmetic on in-flight requests) reacts
+    scenario.wait_for_load_step()
+    replicas = scenario.autoscale_for_step()
+
+    # observe
+    scenario.wait_recovered(replicas=replicas)
+    scenario.cool_down()
+
+    # judge
+    scenario.judge(
+        checks.no_broken_streams,
+        checks.ttft_recovers_after_step,
+        checks.recovery_time,
+    )

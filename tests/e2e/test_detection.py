@@ -1,0 +1,147 @@
+"""Each scenario, run as a user runs it, catches its misconfiguration, and passes without it.
+
+Every case is `pytest scenarios -k ... --set ...` in a subprocess against the local
+target; the verdict is read back from the run folder's summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG = "load.max_tokens=[{tokens: 200}]"  # every answer ~4 s: streams surely in flight
+
+
+def run_scenarios(
+    tmp_path: Path, select: str, *sets: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "scenarios",
+        "-k",
+        select,
+        "-q",
+        "--reports-dir",
+        str(tmp_path),
+        "-p",
+        "no:cacheprovider",
+    ]
+    for s in sets:
+        args += ["--set", s]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/*/summary.json"))]
+    return proc, summaries
+
+
+def failed_checks(summary: dict) -> set[str]:
+    return {c["name"] for c in summary["checks"] if not c["passed"]}
+
+
+CASES = [
+    # (id, -k, sets, outcomes that must appear, checks that must fail)
+    (
+        "drain-abort-mode",
+        "drain and pod",
+        ["engine.shutdown_timeout_s=0", LONG],
+        {"aborted"},
+        {"in_flight_streams_finish"},
+    ),
+    (
+        "drain-legacy-engine",
+        "drain and pod",
+        ["engine.shutdown_timeout_s=0", "engine.shutdown_mode=legacy", LONG],
+        {"truncated", "reset"},
+        {"in_flight_streams_finish"},
+    ),
+    (
+        "drain-hang",
+        "drain and pod",
+        ["engine.shutdown_timeout_s=0", "engine.shutdown_mode=hang", LONG],
+        {"hung"},
+        {"no_hung_streams", "in_flight_streams_finish"},
+    ),
+    (
+        "drain-grace-too-short",
+        "drain and pod",
+        ["pod.termination_grace_s=2", LONG],
+        {"reset"},
+        {"in_flight_streams_finish", "gateway_clean"},
+    ),
+    (
+        "drain-no-prestop-slow-gateway",
+        "drain and pod",
+        ["pod.prestop_s=0", "gateway.endpoint_delay_s=2"],
+        {"aborted"},
+        {"no_abort_after_sigterm"},
+    ),
+    (
+        "rollout-abort-mode",
+        "rollout and surge1",
+        ["engine.shutdown_timeout_s=0", LONG],
+        {"aborted"},
+        {"no_broken_streams"},
+    ),
+    (
+        "scale-to-zero-rate-scaler",
+        "scale_to_zero",
+        ["autoscaler.policy=rate"],
+        {"aborted"},
+        {"long_answer_finishes"},
+    ),
+    (
+        "pod-kill-frozen-node",
+        "pod_kill",
+        ["scenario.kill_signal=SIGSTOP", LONG],
+        {"hung"},
+        {"killed_streams_fail_fast", "no_hung_streams"},
+    ),
+    (
+        "scale-up-slow-start",
+        "scale_up",
+        ["engine.startup_s=12", "scenario.recovery_s=6"],
+        set(),
+        {"ttft_recovers_after_step"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "select, sets, outcomes, checks", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_misconfiguration_is_caught(tmp_path, select, sets, outcomes, checks):
+    proc, summaries = run_scenarios(tmp_path, select, *sets)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert len(summaries) == 1
+    summary = summaries[0]
+    assert summary["verdict"] == "fail"
+    seen = {k for k, v in summary["outcomes"].items() if v}
+    if outcomes:
+        assert seen & outcomes, f"expected one of {outcomes}, got {summary['outcomes']}"
+    assert checks <= failed_checks(summary), summary["checks"]
+    # the accounting invariant holds even when streams break
+    assert summary["checks"][0]["name"] == "accounting" and summary["checks"][0]["passed"]
+    # the pytest failure is the short account, with the hint, not a traceback
+    assert "verdict FAIL" in proc.stdout and "hint:" in proc.stdout
+    assert "Traceback" not in proc.stdout
+
+
+def test_well_configured_deployment_passes_every_scenario(tmp_path):
+    proc, summaries = run_scenarios(
+        tmp_path, "drain or rollout or scale_to_zero or pod_kill or scale_up"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert len(summaries) == 8
+    for s in summaries:
+        assert s["verdict"] == "pass", (s["name"], failed_checks(s))
+        kept = {"complete", "cancelled"}
+        if s["scenario"] != "pod_kill":  # a killed pod's own streams fail, by design
+            assert all(v == 0 for k, v in s["outcomes"].items() if k not in kept), s["outcomes"]
+    index = next(tmp_path.glob("*/index.html"))
+    assert index.exists()

@@ -1,0 +1,195 @@
+"""The HTML report: rendered from literal run data, opened in a real headless Chromium."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cluster.events import Event
+from harness.report.html import write_index, write_report
+from harness.report.summary import redact
+from harness.streams import StreamRecord, write_jsonl
+from harness.streams.summary import count_outcomes
+
+T0 = 1_800_000_000.0
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def make_run(folder: Path, n: int, broken: int, verdict: str) -> Path:
+    """A run folder with n records (the first `broken` aborted) and a pod timeline."""
+    rng = random.Random(n)
+    records = []
+    for i in range(n):
+        start = T0 - 5 + 10 * i / max(1, n)
+        dur = rng.uniform(0.2, 3.0)
+        aborted = i < broken
+        records.append(
+            StreamRecord(
+                request_id=f"req-{i:05d}",
+                outcome="aborted" if aborted else "complete",
+                sent_at=start,
+                duration_s=dur,
+                status=200,
+                ttft_s=rng.uniform(0.05, 0.4),
+                finish_reason="abort" if aborted else "stop",
+                done=True,
+                tokens=rng.randint(1, 50),
+                pod="sim-v1-1" if aborted else f"sim-v1-{1 + i % 3}",
+                version="v1",
+                gateway={"status": 200, "errors": []},
+            )
+        )
+    events = [
+        Event(T0 - 6, "pod_created", f"sim-v1-{k}", "node-0", "v1", {"address": f"a{k}"})
+        for k in (1, 2, 3)
+    ]
+    events += [Event(T0 - 5.5, "ready", f"sim-v1-{k}", "node-0", "v1", {}) for k in (1, 2, 3)]
+    events += [
+        Event(T0, "action", None, None, None, {"action": "evict", "pod": "sim-v1-1"}),
+        Event(T0, "terminating", "sim-v1-1", "node-0", "v1", {}),
+        Event(T0 + 1, "sigterm", "sim-v1-1", "node-0", "v1", {}),
+        Event(T0 + 1.2, "exited", "sim-v1-1", "node-0", "v1", {"code": 0}),
+        Event(T0 + 1.3, "pod_removed", "sim-v1-1", "node-0", "v1", {}),
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl(records, folder / "records.jsonl")
+    (folder / "events.jsonl").write_text("".join(e.to_json() + "\n" for e in events))
+    checks = [
+        {
+            "name": "in_flight_streams_finish",
+            "passed": verdict == "pass",
+            "observed": f"{broken} of 5",
+            "expected": "0 of 5",
+            "requests": [r.request_id for r in records[:broken]],
+            "hint": None if verdict == "pass" else "set --shutdown-timeout",
+        }
+    ]
+    summary = {
+        "scenario": "drain",
+        "name": "test_drain[pod]",
+        "target": "local",
+        "verdict": verdict,
+        "requests": n,
+        "outcomes": count_outcomes(records),
+        "flags": {},
+        "gateway": {"status": {"200": n}, "upstream_prematurely_closed": 0},
+        "checks": checks,
+        "t_act": T0,
+        "latency": {},
+        "config": {"slo": {"ttft_s": 0.3}},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "n, broken, verdict",
+    [(200, 0, "pass"), (200, 7, "fail"), (0, 0, "pass")],
+    ids=["pass", "fail", "empty"],
+)
+def test_report_renders(tmp_path, n, broken, verdict):
+    folder = make_run(tmp_path / "run", n, broken, verdict)
+    page = write_report(folder).read_text()
+    assert f">{verdict.upper()}<" in page
+    assert page.count("<tr><td><code>req-") == broken  # every non-complete stream listed
+    if verdict == "fail":
+        assert "set --shutdown-timeout" in page and "sigterm +1.00" in page
+    if n:
+        assert '<svg id="timeline"' in page and "SLO 0.3 s" in page
+
+
+def test_report_is_self_contained_and_small_at_10000_streams(tmp_path):
+    folder = make_run(tmp_path / "big", 10_000, 40, "fail")
+    page = write_report(folder).read_text()
+    assert len(page.encode()) < 10 * 1024 * 1024
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
+    assert "<link" not in page and "@import" not in page
+
+
+def test_index_links_each_run(tmp_path):
+    make_run(tmp_path / "a", 20, 0, "pass")
+    make_run(tmp_path / "b", 20, 3, "fail")
+    index = write_index(tmp_path).read_text()
+    assert "href='a/report.html'" in index and "href='b/report.html'" in index
+    assert ">FAIL<" in index
+
+
+def test_redaction():
+    cfg = {"kube": {"api_key": "sk-secret", "namespace": "x"}, "Authorization": "Bearer t"}
+    out = json.dumps(redact(cfg))
+    assert "sk-secret" not in out and "Bearer t" not in out and "namespace" in out
+
+
+def test_report_command(tmp_path):
+    folder = make_run(tmp_path / "run", 30, 2, "fail")
+    (folder / "report.html").unlink(missing_ok=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and (folder / "report.html").exists()
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "not a folder" in r.stderr
+
+
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="chromium is not installed (scripts/run test installs it as root)",
+)
+def test_chromium_draws_the_report_without_console_errors(tmp_path):
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    folder = make_run(tmp_path / "run", 500, 12, "fail")
+    page_path = write_report(folder)
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.as_uri())
+        box = page.locator("#timeline").bounding_box()
+        nested = (
+            page.locator("#timeline circle").count() - page.locator("#timeline > circle").count()
+        )
+        action_lines = page.locator("#timeline > line[stroke='#d32f2f']").count()
+        png = page.locator("#timeline").screenshot()
+        page.fill("#filter", "req-00003")
+        visible = page.locator("#broken tr:visible").count()
+        page.screenshot(path=str(folder / "report.png"), full_page=True)
+        browser.close()
+    assert errors == []
+    assert nested == 0  # every point drawn at the top level: no element swallowed the rest
+    assert action_lines == 1  # the eviction, across the lanes
+    assert box and box["width"] > 1000 and box["height"] > 200
+    img = Image.open(io.BytesIO(png)).convert("L")
+    colored = img.width * img.height - img.histogram()[255]
+    assert colored > 0.02 * img.width * img.height  # bars, lines and points were drawn
+    assert visible == 2  # the header row and the one matching stream
