@@ -235,7 +235,134 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up, _report]
+def _lint(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lint", help="check inference Deployments (YAML) against deployment rules")
+    p.add_argument("paths", nargs="+", help="files or folders of YAML; - reads stdin")
+    p.add_argument("--format", choices=("text", "json", "github"), default="text")
+    p.add_argument("--fail-on", choices=("info", "warning", "error"), default="error")
+    p.add_argument(
+        "--engine-image",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also treat containers whose image matches as inference engines",
+    )
+    p.add_argument("--engine-command", action="append", default=[], metavar="REGEX")
+    p.add_argument(
+        "--min-startup-s",
+        type=float,
+        default=600.0,
+        help="weight-loading time the startupProbe must allow (default 600)",
+    )
+    p.add_argument(
+        "--gpu-quota",
+        type=int,
+        default=None,
+        help="nvidia.com/gpu the namespace may use, to check rollout surge",
+    )
+
+    def run(ns: argparse.Namespace) -> int:
+        import json as _json
+
+        from harness import lint
+
+        opts = lint.LintOptions(min_startup_s=ns.min_startup_s, gpu_quota=ns.gpu_quota)
+        opts.engine_images += ns.engine_image
+        opts.engine_commands += ns.engine_command
+        try:
+            findings = lint.lint(lint.load_manifests(ns.paths), opts)
+        except lint.LintInputError as exc:
+            raise UsageError(str(exc)) from None
+        if ns.format == "json":
+            print(_json.dumps([f.to_dict() for f in findings], indent=2))
+        elif ns.format == "github":
+            if findings:
+                print(lint.format_github(findings))
+        else:
+            print(lint.format_text(findings))
+        return lint.exit_code(findings, ns.fail_on)
+
+    p.set_defaults(func=run)
+
+
+def _plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="predict rollout time and capacity, or scale-up lag")
+    p.add_argument("--replicas", type=int, default=6)
+    p.add_argument("--ready-s", type=float, default=60.0, help="new pod start to ready")
+    p.add_argument("--drain-s", type=float, default=30.0, help="old pod drain to gone")
+    p.add_argument("--max-surge", type=int, default=None)
+    p.add_argument("--max-unavailable", type=int, default=None)
+    p.add_argument(
+        "--gpu-bound",
+        action="store_true",
+        help="a terminating pod keeps its GPU (a full GPU pool): facts.md's model",
+    )
+    p.add_argument("--step-s", type=float, default=5.0)
+    p.add_argument(
+        "--load-per-replica",
+        type=float,
+        default=None,
+        help="scale-up: metric per replica after a load step (e.g. in-flight requests)",
+    )
+    p.add_argument("--target-per-replica", type=float, default=None, help="scale-up: HPA target")
+    p.add_argument("--sync-period-s", type=float, default=15.0, help="scale-up: HPA sync period")
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.plan import plan_rollout, plan_scale_up
+
+        try:
+            if ns.load_per_replica is not None or ns.target_per_replica is not None:
+                if ns.load_per_replica is None or ns.target_per_replica is None:
+                    raise UsageError("scale-up needs --load-per-replica and --target-per-replica")
+                s = plan_scale_up(
+                    ns.replicas,
+                    ns.load_per_replica,
+                    ns.target_per_replica,
+                    ns.ready_s,
+                    ns.sync_period_s,
+                )
+                print(
+                    f"desired replicas {s.desired} (from {ns.replicas}); "
+                    f"ready after about {s.lag_s:g} s"
+                )
+                return 0
+            if ns.max_surge is not None or ns.max_unavailable is not None:
+                strategies = [(ns.max_surge or 0, ns.max_unavailable or 0)]
+            else:
+                strategies = [(1, 0), (2, 1), (1, 1), (ns.replicas, 0)]
+            plans = [
+                plan_rollout(
+                    ns.replicas,
+                    ns.ready_s,
+                    ns.drain_s,
+                    surge,
+                    unavailable,
+                    gpu_bound=ns.gpu_bound,
+                    step_s=ns.step_s,
+                )
+                for surge, unavailable in strategies
+            ]
+            print(
+                f"replicas {ns.replicas}, ready {ns.ready_s:g} s, drain {ns.drain_s:g} s, "
+                f"{'terminating pods hold GPUs' if ns.gpu_bound else 'Kubernetes rule'}"
+            )
+            print(
+                f"{'maxSurge':>9} {'maxUnavail':>11} {'rollout':>9} {'fewest avail':>13} "
+                f"{'extra GPUs':>11}"
+            )
+            for r in plans:
+                print(
+                    f"{r.max_surge:>9} {r.max_unavailable:>11} {r.duration_s:>8g}s "
+                    f"{r.min_available:>13} {r.extra_gpus:>11}"
+                )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return 0
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,576 @@
+"""Preflight rules for inference Deployments, from how vLLM, nginx and Kubernetes behave.
+
+Reads Kubernetes YAML (files, folders, multi-document, or `-` for stdin such as
+kustomize output), finds each inference Deployment (by engine image or command),
+and checks it with its PDB, HPA, KEDA ScaledObject and Service. Pure functions
+from parsed manifests to findings; only `load_manifests` touches files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+SEVERITIES = ("info", "warning", "error")
+DEFAULT_ENGINE_IMAGES = [r"vllm", r"sglang", r"text-generation-inference", r"rollcheck[/-]sim"]
+DEFAULT_ENGINE_COMMANDS = [
+    r"vllm(\s+serve|\.entrypoints)",
+    r"sglang\.launch_server",
+    r"rollcheck\s+sim",
+    r"harness\.cli\s+sim",
+]
+GPU_UTIL = re.compile(
+    r"DCGM_FI_DEV_GPU_UTIL|gpu_util|nvidia_gpu_duty_cycle|gpu_utilization", re.IGNORECASE
+)
+IN_FLIGHT = re.compile(r"num_requests_running|num_running_reqs", re.IGNORECASE)
+DEFAULT_GRACE_S = 30
+
+# Known fields, so that a typo (`replica: 3`) is an error rather than silently ignored.
+DEPLOYMENT_SPEC = {
+    "replicas",
+    "selector",
+    "template",
+    "strategy",
+    "minReadySeconds",
+    "revisionHistoryLimit",
+    "paused",
+    "progressDeadlineSeconds",
+}
+POD_SPEC = {
+    "containers",
+    "initContainers",
+    "volumes",
+    "terminationGracePeriodSeconds",
+    "serviceAccountName",
+    "serviceAccount",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "securityContext",
+    "imagePullSecrets",
+    "priorityClassName",
+    "restartPolicy",
+    "hostNetwork",
+    "dnsPolicy",
+    "runtimeClassName",
+    "schedulerName",
+    "topologySpreadConstraints",
+    "shareProcessNamespace",
+    "hostIPC",
+    "hostPID",
+    "automountServiceAccountToken",
+    "enableServiceLinks",
+    "ephemeralContainers",
+    "activeDeadlineSeconds",
+    "hostname",
+    "subdomain",
+    "dnsConfig",
+    "hostAliases",
+    "overhead",
+    "preemptionPolicy",
+    "readinessGates",
+    "resourceClaims",
+    "resources",
+    "os",
+    "hostUsers",
+    "schedulingGates",
+    "setHostnameAsFQDN",
+    "nodeName",
+}
+CONTAINER = {
+    "name",
+    "image",
+    "command",
+    "args",
+    "env",
+    "envFrom",
+    "ports",
+    "resources",
+    "volumeMounts",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "imagePullPolicy",
+    "securityContext",
+    "workingDir",
+    "stdin",
+    "stdinOnce",
+    "tty",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "volumeDevices",
+    "resizePolicy",
+    "restartPolicy",
+}
+
+
+class LintInputError(ValueError):
+    """Input that cannot be linted: one line naming the file and the document."""
+
+
+@dataclass
+class Manifest:
+    obj: dict
+    file: str
+    doc: int  # 1-based document index in the file
+    line: int  # line of the document's start
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind", ""))
+
+    @property
+    def name(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("name", "?"))
+
+    @property
+    def namespace(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("namespace") or "default")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    object: str
+    path: str
+    why: str
+    fix: str
+    file: str = ""
+    line: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LintOptions:
+    engine_images: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_IMAGES))
+    engine_commands: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_COMMANDS))
+    min_startup_s: float = 600.0  # weight loading on a GPU node takes minutes
+    gpu_quota: int | None = None  # nvidia.com/gpu the namespace may use
+
+
+# --- input -----------------------------------------------------------------------
+def load_manifests(paths: list[str]) -> list[Manifest]:
+    out: list[Manifest] = []
+    for p in paths:
+        if p == "-":
+            out += parse_documents(sys.stdin.read(), "<stdin>")
+            continue
+        path = Path(p)
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.suffix in (".yaml", ".yml"))
+        elif path.exists():
+            files = [path]
+        else:
+            raise LintInputError(f"{p}: no such file or folder")
+        for f in files:
+            out += parse_documents(f.read_text(), str(f))
+    return out
+
+
+def parse_documents(text: str, name: str) -> list[Manifest]:
+    out = []
+    starts = [0] + [m.start() + 1 for m in re.finditer(r"^---", text, re.M)]
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        doc = 1 + (
+            sum(1 for s in starts[1:] if mark and text[:s].count("\n") <= mark.line) if mark else 0
+        )
+        raise LintInputError(
+            f"{name}: document {doc}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
+    for i, obj in enumerate(docs, 1):
+        if obj is None:
+            continue
+        if not isinstance(obj, dict):
+            raise LintInputError(f"{name}: document {i}: not a Kubernetes object (a mapping)")
+        line = text[: starts[i - 1]].count("\n") + 1 if i - 1 < len(starts) else 1
+        if obj.get("kind") == "List":
+            out += [Manifest(item, name, i, line) for item in obj.get("items") or []]
+        else:
+            out.append(Manifest(obj, name, i, line))
+    return out
+
+
+# --- helpers ---------------------------------------------------------------------
+def _pod_spec(m: Manifest) -> dict:
+    return ((m.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def _validate(m: Manifest) -> None:
+    where = f"{m.file}: document {m.doc} ({m.ref})"
+    spec = m.obj.get("spec")
+    if not isinstance(spec, dict):
+        raise LintInputError(f"{where}: has no spec")
+    unknown = set(spec) - DEPLOYMENT_SPEC
+    if unknown:
+        raise LintInputError(f"{where}: unknown field spec.{sorted(unknown)[0]}")
+    pod = _pod_spec(m)
+    unknown = set(pod) - POD_SPEC
+    if unknown:
+        raise LintInputError(f"{where}: unknown field spec.template.spec.{sorted(unknown)[0]}")
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise LintInputError(f"{where}: has no containers (spec.template.spec.containers)")
+    for i, c in enumerate(containers):
+        unknown = set(c) - CONTAINER
+        if unknown:
+            raise LintInputError(
+                f"{where}: unknown field spec.template.spec.containers[{i}].{sorted(unknown)[0]}"
+            )
+    for key, value in _numbers(m.obj):
+        if value < 0:
+            raise LintInputError(f"{where}: {key} cannot be negative ({value})")
+
+
+def _numbers(obj, prefix=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numbers(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numbers(v, f"{prefix}[{i}]")
+    elif (
+        isinstance(obj, (int, float))
+        and not isinstance(obj, bool)
+        and (prefix.endswith(("Seconds", "Threshold", "replicas", "Replicas", "seconds")))
+    ):
+        yield prefix, obj
+
+
+def _command_line(c: dict) -> str:
+    return " ".join(str(x) for x in (c.get("command") or []) + (c.get("args") or []))
+
+
+def engine_container(m: Manifest, opts: LintOptions) -> tuple[int, dict] | None:
+    for i, c in enumerate(_pod_spec(m).get("containers") or []):
+        image = str(c.get("image", ""))
+        cmd = _command_line(c)
+        if any(re.search(p, image) for p in opts.engine_images) or any(
+            re.search(p, cmd) for p in opts.engine_commands
+        ):
+            return i, c
+    return None
+
+
+def shutdown_timeout_s(c: dict) -> float | None:
+    """vLLM's --shutdown-timeout (the simulator takes the same flag)."""
+    words = []
+    for part in (c.get("command") or []) + (c.get("args") or []):
+        try:
+            words += shlex.split(str(part))
+        except ValueError:
+            words.append(str(part))
+    for i, w in enumerate(words):
+        if w == "--shutdown-timeout" and i + 1 < len(words):
+            return _num(words[i + 1])
+        if w.startswith("--shutdown-timeout="):
+            return _num(w.split("=", 1)[1])
+    return None
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def prestop_sleep_s(c: dict) -> float | None:
+    pre = ((c.get("lifecycle") or {}).get("preStop")) or {}
+    if "sleep" in pre:  # Kubernetes 1.30+ sleep action
+        return _num(str((pre.get("sleep") or {}).get("seconds", "")))
+    cmd = " ".join(str(x) for x in ((pre.get("exec") or {}).get("command") or []))
+    m = re.search(r"\bsleep\s+(\d+(?:\.\d+)?)", cmd)
+    return float(m.group(1)) if m else None
+
+
+def probe_window_s(probe: dict | None) -> float | None:
+    if not probe:
+        return None
+    return float(probe.get("failureThreshold", 3)) * float(probe.get("periodSeconds", 10))
+
+
+def _strategy(m: Manifest) -> tuple[int, int]:
+    replicas = int((m.obj.get("spec") or {}).get("replicas", 1))
+    ru = ((m.obj.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+
+    def resolve(v, default, up):
+        v = default if v is None else v
+        if isinstance(v, str) and v.endswith("%"):
+            x = float(v[:-1]) * replicas / 100
+            return int(-(-x // 1)) if up else int(x)
+        return int(v)
+
+    return resolve(ru.get("maxSurge"), "25%", True), resolve(ru.get("maxUnavailable"), "25%", False)
+
+
+def _selects(selector: dict | None, labels: dict) -> bool:
+    match = (selector or {}).get("matchLabels") or selector or {}
+    return bool(match) and all(labels.get(k) == v for k, v in match.items() if isinstance(v, str))
+
+
+def _targets(obj: dict, deployment: Manifest) -> bool:
+    ref = (obj.get("spec") or {}).get("scaleTargetRef") or {}
+    return ref.get("name") == deployment.name and ref.get("kind", "Deployment") == "Deployment"
+
+
+# --- the rules ---------------------------------------------------------------------
+def lint(manifests: list[Manifest], opts: LintOptions | None = None) -> list[Finding]:
+    opts = opts or LintOptions()
+    findings: list[Finding] = []
+    deployments = [m for m in manifests if m.kind == "Deployment"]
+    for d in deployments:
+        _validate(d)
+        found = engine_container(d, opts)
+        if found is None:
+            continue
+        idx, c = found
+        findings += _lint_deployment(d, idx, c, manifests, opts)
+    return findings
+
+
+def _lint_deployment(
+    d: Manifest, idx: int, c: dict, manifests: list[Manifest], opts: LintOptions
+) -> list[Finding]:
+    out: list[Finding] = []
+    cpath = f"spec.template.spec.containers[{idx}]"
+
+    def add(rule, severity, path, why, fix):
+        out.append(Finding(rule, severity, d.ref, path, why, fix, d.file, d.line))
+
+    pod = _pod_spec(d)
+    replicas = int((d.obj.get("spec") or {}).get("replicas", 1))
+    grace = float(pod.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S))
+    timeout = shutdown_timeout_s(c)
+    prestop = prestop_sleep_s(c)
+    startup = c.get("startupProbe")
+
+    if not startup:
+        add(
+            "RC001",
+            "error",
+            f"{cpath}.startupProbe",
+            "no startupProbe: liveness and readiness probes run while weights load (minutes), "
+            "and a liveness failure restarts the engine before it ever serves",
+            "add a startupProbe on /health with failureThreshold x periodSeconds above the "
+            "longest weight-loading time",
+        )
+    elif probe_window_s(startup) < opts.min_startup_s:
+        add(
+            "RC002",
+            "warning",
+            f"{cpath}.startupProbe",
+            f"the startupProbe allows {probe_window_s(startup):g} s to start, less than "
+            f"{opts.min_startup_s:g} s expected for weight loading",
+            "raise failureThreshold (or periodSeconds) so the window covers the slowest start",
+        )
+    live, ready = c.get("livenessProbe"), c.get("readinessProbe")
+    if live and ready and probe_window_s(live) <= probe_window_s(ready):
+        add(
+            "RC003",
+            "warning",
+            f"{cpath}.livenessProbe",
+            "liveness is as strict as readiness: a busy engine that misses a few probes is "
+            "restarted (losing every stream) instead of only taken out of endpoints",
+            "make liveness more lenient than readiness (higher failureThreshold x periodSeconds)",
+        )
+    if not timeout:
+        add(
+            "RC005",
+            "error",
+            f"{cpath}.args",
+            "the engine's --shutdown-timeout is unset or 0: at SIGTERM vLLM aborts every "
+            "in-flight request (finish_reason abort)",
+            "set --shutdown-timeout to about the p99 answer time (llm-d uses 45 s)",
+        )
+    if prestop is None:
+        add(
+            "RC006",
+            "warning",
+            f"{cpath}.lifecycle.preStop",
+            "no preStop sleep: SIGTERM arrives while gateways still route to the pod, and "
+            "vLLM accepts then aborts those new requests",
+            "add a preStop sleep longer than endpoint propagation (llm-d and KServe use 15 s)",
+        )
+    need = (prestop or 0) + (timeout or 0)
+    if grace <= need:
+        add(
+            "RC004",
+            "error",
+            "spec.template.spec.terminationGracePeriodSeconds",
+            f"terminationGracePeriodSeconds {grace:g} s is not above preStop {prestop or 0:g} s + "
+            f"shutdown timeout {timeout or 0:g} s: streams still draining are SIGKILLed",
+            f"set terminationGracePeriodSeconds above {need:g} s (llm-d: preStop 15, timeout 45, "
+            "grace 75)",
+        )
+
+    labels = (((d.obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "labels"
+    ) or {}
+    same_ns = [m for m in manifests if m.namespace == d.namespace]
+    surge, unavailable = _strategy(d)
+    for pdb in (m for m in same_ns if m.kind == "PodDisruptionBudget"):
+        spec = pdb.obj.get("spec") or {}
+        if not _selects(spec.get("selector"), labels):
+            continue
+        min_av, max_un = spec.get("minAvailable"), spec.get("maxUnavailable")
+        blocks = (
+            min_av == "100%"
+            or (isinstance(min_av, int) and min_av >= replicas)
+            or max_un in (0, "0", "0%")
+        )
+        if blocks:
+            out.append(
+                Finding(
+                    "RC007",
+                    "error",
+                    pdb.ref,
+                    "spec",
+                    f"the PDB allows no voluntary disruption of {d.ref} ({replicas} replicas): every "
+                    "node drain and autoscaler scale-down blocks on it (HTTP 429), while the rollout "
+                    f"itself may take {unavailable} pod(s) down",
+                    "allow one disruption (maxUnavailable: 1, or minAvailable: replicas - 1)",
+                    pdb.file,
+                    pdb.line,
+                )
+            )
+    for hpa in (m for m in same_ns if m.kind == "HorizontalPodAutoscaler" and _targets(m.obj, d)):
+        text = json.dumps(hpa.obj.get("spec") or {})
+        if GPU_UTIL.search(text):
+            out.append(
+                Finding(
+                    "RC008",
+                    "error",
+                    hpa.ref,
+                    "spec.metrics",
+                    "scales on GPU utilisation: one decoding request saturates a GPU, "
+                    "so the signal says nothing about load",
+                    "scale on queue length (vllm:num_requests_waiting) or in-flight "
+                    "requests per replica",
+                    hpa.file,
+                    hpa.line,
+                )
+            )
+        window = (((hpa.obj.get("spec") or {}).get("behavior") or {}).get("scaleDown") or {}).get(
+            "stabilizationWindowSeconds"
+        )
+        if window is None or (timeout and window < timeout):
+            out.append(
+                Finding(
+                    "RC009",
+                    "warning",
+                    hpa.ref,
+                    "spec.behavior.scaleDown.stabilizationWindowSeconds",
+                    f"scale-down cooldown {window if window is not None else 'unset'} "
+                    f"is shorter than the engine's shutdown timeout ({timeout or 0:g} s), "
+                    "the expected longest answer",
+                    "set a scale-down stabilization window at least as long as the longest answer",
+                    hpa.file,
+                    hpa.line,
+                )
+            )
+    for so in (m for m in same_ns if m.kind == "ScaledObject" and _targets(m.obj, d)):
+        spec = so.obj.get("spec") or {}
+        text = json.dumps(spec.get("triggers") or [])
+        if GPU_UTIL.search(text):
+            out.append(
+                Finding(
+                    "RC008",
+                    "error",
+                    so.ref,
+                    "spec.triggers",
+                    "scales on GPU utilisation: one decoding request saturates a GPU",
+                    "scale on queue length or in-flight requests",
+                    so.file,
+                    so.line,
+                )
+            )
+        cooldown = spec.get("cooldownPeriod", 300)
+        if timeout and cooldown < timeout:
+            out.append(
+                Finding(
+                    "RC009",
+                    "warning",
+                    so.ref,
+                    "spec.cooldownPeriod",
+                    f"cooldownPeriod {cooldown} s is shorter than the engine's shutdown "
+                    f"timeout ({timeout:g} s)",
+                    "set cooldownPeriod at least as long as the longest answer",
+                    so.file,
+                    so.line,
+                )
+            )
+        if spec.get("minReplicaCount", 0) == 0 and not IN_FLIGHT.search(text):
+            out.append(
+                Finding(
+                    "RC010",
+                    "error",
+                    so.ref,
+                    "spec.triggers",
+                    "scales to zero on a signal blind to long answers (request rate or "
+                    "queue length are zero while one 30-minute answer decodes)",
+                    "scale to zero only on in-flight sequences "
+                    "(vllm:num_requests_running), or keep minReplicaCount >= 1",
+                    so.file,
+                    so.line,
+                )
+            )
+    if opts.gpu_quota is not None:
+        per_pod = 0
+        for cc in pod.get("containers") or []:
+            limits = (cc.get("resources") or {}).get("limits") or {}
+            per_pod += int(limits.get("nvidia.com/gpu", 0))
+        need_gpus = (replicas + surge) * per_pod
+        if per_pod and need_gpus > opts.gpu_quota:
+            add(
+                "RC011",
+                "error",
+                "spec.strategy.rollingUpdate.maxSurge",
+                f"a rollout needs {need_gpus} GPUs ({replicas} replicas + {surge} surge x "
+                f"{per_pod}), above the quota of {opts.gpu_quota}: surge pods stay Pending",
+                "lower maxSurge (and allow maxUnavailable >= 1), or raise the quota",
+            )
+    return out
+
+
+# --- output ------------------------------------------------------------------------
+def format_text(findings: list[Finding]) -> str:
+    if not findings:
+        return "no findings"
+    lines = []
+    for f in findings:
+        lines.append(f"{f.file}:{f.line}: {f.severity} {f.rule} {f.object} {f.path}")
+        lines.append(f"    why: {f.why}")
+        lines.append(f"    fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def format_github(findings: list[Finding]) -> str:
+    level = {"error": "error", "warning": "warning", "info": "notice"}
+    return "\n".join(
+        f"::{level[f.severity]} file={f.file},line={f.line},title={f.rule} {f.object}::"
+        f"{f.path}: {f.why}. Fix: {f.fix}"
+        for f in findings
+    )
+
+
+def exit_code(findings: list[Finding], fail_on: str = "error") -> int:
+    threshold = SEVERITIES.index(fail_on)
+    return 1 if any(SEVERITIES.index(f.severity) >= threshold for f in findings) else 0
