@@ -536,7 +536,7 @@ def _lint_deployment(
         per_pod = 0
         for cc in pod.get("containers") or []:
             limits = (cc.get("resources") or {}).get("limits") or {}
-            per_pod += int(limits.get("nvidia.com/gpu", 0))
+            per_pod += int(str(limits.get("nvidia.com/gpu", 0)))
         need_gpus = (replicas + surge) * per_pod
         if per_pod and need_gpus > opts.gpu_quota:
             add(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -60,3 +62,75 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+PID_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rollcheck" / "pids"
+# Process groups we may reap: their leader's command line names one of these.
+OURS = (
+    b"harness.cli sim",
+    b"nginx",
+    b"etcd",
+    b"kube-apiserver",
+    b"kube-controller-manager",
+    b"kube-scheduler",
+)
+
+
+class PidFile:
+    """The process groups a harness process started, read at the next start:
+    if the harness was killed, what it left behind is reaped then."""
+
+    def __init__(self, kind: str):
+        self.path = PID_DIR / f"{kind}-{os.getpid()}.json"
+        self.groups: dict[str, int] = {}
+
+    def remember(self, name: str, pgid: int) -> None:
+        self.groups[name] = pgid
+        PID_DIR.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({"owner": os.getpid(), "groups": self.groups}))
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def reap_leftovers() -> list[int]:
+    """Kill the process groups left by harness processes that died without cleaning up."""
+    killed = []
+    if not PID_DIR.exists():
+        return killed
+    for pidfile in PID_DIR.glob("*.json"):
+        try:
+            data = json.loads(pidfile.read_text())
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if _alive(data.get("owner", 0)):
+            continue
+        for pgid in data.get("groups", {}).values():
+            if _ours(pgid):
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
+                except ProcessLookupError:
+                    pass
+        pidfile.unlink(missing_ok=True)
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _ours(pgid: int) -> bool:
+    """Only a group whose leader is still one of ours (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return any(name in cmdline for name in OURS)

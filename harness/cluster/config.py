@@ -23,6 +23,7 @@ class Probe:
     failure_threshold: int = 3
     timeout_s: float = 1.0
     initial_delay_s: float = 0.0
+    path: str = "/health"
 
     def validate(self) -> None:
         if self.period_s <= 0 or self.failure_threshold < 1:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -17,14 +15,10 @@ from harness.cluster.events import Event, EventLog
 from harness.cluster.local.controller import Controller, EvictionRefused, Template, scrape
 from harness.cluster.local.gateway import Nginx
 from harness.config import ConfigError, build
-from harness.proc import free_port
+from harness.proc import PidFile, free_port, reap_leftovers
 from harness.sim.settings import SimSettings
 
 __all__ = ["EvictionRefused", "LocalTarget"]
-
-PID_DIR = (
-    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rollcheck" / "local-target"
-)
 
 
 class LocalTarget(Target):
@@ -35,8 +29,7 @@ class LocalTarget(Target):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._events = EventLog(self.run_dir / "events.jsonl")
-        self._pidfile = PID_DIR / f"{os.getpid()}.json"
-        self._pids: dict[str, int] = {}
+        self._pidfile = PidFile("local-target")
         self.gateway = Nginx(
             self.run_dir,
             free_port(),
@@ -61,7 +54,7 @@ class LocalTarget(Target):
             self.gateway.stop()
             self._started = False
         self._events.close()
-        self._pidfile.unlink(missing_ok=True)
+        self._pidfile.clear()
 
     def __enter__(self) -> LocalTarget:
         self.start()
@@ -77,10 +70,7 @@ class LocalTarget(Target):
         return ev
 
     def _remember(self, name: str, pgid: int) -> None:
-        # Read at the next start: if this process was killed, its children are reaped then.
-        self._pids[name] = pgid
-        PID_DIR.mkdir(parents=True, exist_ok=True)
-        self._pidfile.write_text(json.dumps({"owner": os.getpid(), "groups": self._pids}))
+        self._pidfile.remember(name, pgid)
 
     # --- observation ---------------------------------------------------------------
     @property
@@ -215,46 +205,3 @@ class _Recorder:
 
     def emit(self, kind: str, **kw) -> Event:
         return self.target._emit(kind, **kw)
-
-
-def reap_leftovers() -> list[int]:
-    """Kill the process groups of local targets whose owner died without cleaning up."""
-    killed = []
-    if not PID_DIR.exists():
-        return killed
-    for pidfile in PID_DIR.glob("*.json"):
-        try:
-            data = json.loads(pidfile.read_text())
-        except (OSError, ValueError):
-            pidfile.unlink(missing_ok=True)
-            continue
-        if _alive(data.get("owner", 0)):
-            continue
-        for pgid in data.get("groups", {}).values():
-            if _ours(pgid):
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                    killed.append(pgid)
-                except ProcessLookupError:
-                    pass
-        pidfile.unlink(missing_ok=True)
-    return killed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _ours(pgid: int) -> bool:
-    """Only a group whose leader is still a simulator or nginx (pids get reused)."""
-    try:
-        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return False
-    return b"harness.cli sim" in cmdline or b"nginx" in cmdline

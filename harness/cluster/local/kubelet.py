@@ -201,7 +201,7 @@ class PodRunner(threading.Thread):
 
     def _probe(self, probe: Probe) -> bool:
         try:
-            r = httpx.get(f"http://{self.spec.address}/health", timeout=probe.timeout_s)
+            r = httpx.get(f"http://{self.spec.address}{probe.path}", timeout=probe.timeout_s)
             return 200 <= r.status_code < 400
         except httpx.HTTPError:
             return False
