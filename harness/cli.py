@@ -362,7 +362,59 @@ def _plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan]
+def _kube_local(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "kube-local",
+        help="a real Kubernetes control plane on this machine, "
+        "with simulator pods run as processes",
+    )
+    p.add_argument("--run-dir", type=Path, default=None, help="default reports/kube-local-<time>")
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument(
+        "--apply",
+        type=Path,
+        action="append",
+        default=[],
+        help="manifests to apply once the API is up (e.g. deploy/sim/sim.yaml)",
+    )
+    p.add_argument("--namespace", default="default")
+    p.add_argument(
+        "--service",
+        default=None,
+        help="serve this Service through an nginx ingress fed by its EndpointSlices",
+    )
+
+    def run(ns: argparse.Namespace) -> int:
+        import signal
+
+        from harness.cluster.kubelocal import ControlPlaneError, KubeLocal
+
+        run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
+        kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        try:
+            kl.start()
+            for path in ns.apply:
+                kl.apply(path, ns.namespace)
+            print(f"kubeconfig: {kl.kubeconfig.resolve()}", flush=True)
+            print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
+            if ns.service:
+                print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
+            print("Ctrl-C stops the control plane and every pod", flush=True)
+            while True:
+                time.sleep(1)
+        except ControlPlaneError as exc:
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            kl.stop()
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan, _kube_local]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -86,6 +86,16 @@ class LocalTarget(Target):
     def pod_metrics(self, name: str) -> dict[str, float]:
         return scrape(self.controller.pod(name).spec.address)
 
+    def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
+        """Routing works and nginx has applied exactly the current ready endpoints."""
+        super().wait_gateway_serving(timeout_s)
+
+        def applied() -> bool:
+            ready = {p.address for p in self.ready_pods()}
+            return set(self.gateway.applied) == ready
+
+        self.wait_for(applied, timeout_s, "the gateway to apply the ready endpoints")
+
     def pod_health(self, name: str) -> int | None:
         try:
             address = self.controller.pod(name).spec.address

@@ -71,6 +71,11 @@ class Nginx:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def applied(self) -> tuple[str, ...]:
+        """The endpoint set nginx routes to now."""
+        return self._applied or ()
+
+    @property
     def access_log(self) -> Path:
         return self.dir / "access.log"
 

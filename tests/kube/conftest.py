@@ -1,0 +1,113 @@
+"""A real Kubernetes control plane (kube-local) for the Kubernetes tests."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM = [d for d in yaml.safe_load_all((ROOT / "deploy/sim/sim.yaml").read_text()) if d]
+_ns = itertools.count()
+
+
+def _have_binaries() -> bool:
+    cache = Path(os.environ.get("ROLLCHECK_KUBE_CACHE", Path.home() / ".cache/rollcheck/kube"))
+    return (
+        any((d / "kube-apiserver").exists() for d in cache.glob("*")) if cache.exists() else False
+    )
+
+
+@pytest.fixture(scope="session")
+def kube_local(tmp_path_factory):
+    if shutil.which("go") is None and not _have_binaries():
+        pytest.skip(
+            "the Go toolchain is not installed: kube-local builds Kubernetes from Go modules"
+        )
+    from harness.cluster.kubelocal import KubeLocal
+
+    kl = KubeLocal(tmp_path_factory.mktemp("kube-local"))
+    kl.start()
+    core = client.CoreV1Api(kl.api)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        nodes = core.list_node().items
+        if len(nodes) == len(kl.node_names) and all(is_ready(n) for n in nodes):
+            break
+        time.sleep(0.2)
+    yield kl
+    kl.stop()
+
+
+def is_ready(obj) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (obj.status.conditions or []))
+
+
+def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def sim_objects(**changes) -> list[dict]:
+    """deploy/sim with changes to the Deployment: replicas, args, grace, preStop, pdb_min."""
+    objs = copy.deepcopy(SIM)
+    dep, _svc, pdb = objs
+    spec = dep["spec"]
+    pod = spec["template"]["spec"]
+    c = pod["containers"][0]
+    if "replicas" in changes:
+        spec["replicas"] = changes["replicas"]
+    if "args" in changes:
+        c["args"] = c["args"] + changes["args"]
+    if "grace" in changes:
+        pod["terminationGracePeriodSeconds"] = changes["grace"]
+    if "prestop" in changes:
+        c["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", str(changes["prestop"])]
+    if "pdb_min" in changes:
+        pdb["spec"]["minAvailable"] = changes["pdb_min"]
+    return objs
+
+
+@pytest.fixture
+def namespace(kube_local):
+    core = client.CoreV1Api(kube_local.api)
+    name = f"t{next(_ns)}-{int(time.time()) % 10000}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: _has_default_sa(core, name), 30, "the default service account")
+    return name
+
+
+def _has_default_sa(core, ns) -> bool:
+    try:
+        core.read_namespaced_service_account("default", ns)
+        return True
+    except client.ApiException:
+        return False
+
+
+def apply(kube_local, namespace: str, objs: list[dict]) -> None:
+    from kubernetes import utils
+
+    for obj in objs:
+        utils.create_from_dict(kube_local.api, obj, namespace=namespace)
+
+
+def ready_pods(kube_local, namespace: str) -> list:
+    core = client.CoreV1Api(kube_local.api)
+    return [
+        p
+        for p in core.list_namespaced_pod(namespace).items
+        if is_ready(p) and p.metadata.deletion_timestamp is None
+    ]
