@@ -414,7 +414,30 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan, _kube_local]
+def _kube_restore(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kube-restore", help="put back what an interrupted kube run changed")
+    _config_args(p)
+    p.add_argument("--kubeconfig", default=None)
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.cluster import TargetError
+        from harness.cluster.config import load_config
+        from harness.cluster.kube import restore_pending
+
+        sets = ns.set + ([f"kube.kubeconfig={ns.kubeconfig}"] if ns.kubeconfig else [])
+        cfg = load_config(ns.config, sets)
+        try:
+            done = restore_pending(cfg)
+        except TargetError as exc:
+            raise UsageError(str(exc)) from None
+        if not done:
+            print(f"nothing pending on {cfg.kube.namespace}/{cfg.kube.deployment}")
+        return 0
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan, _kube_local, _kube_restore]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,6 +57,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where run folders go (default: reports/)",
     )
     group.addoption("--kubeconfig", default=None, help="kubeconfig for --target kube")
+    group.addoption(
+        "--dry-run",
+        action="store_true",
+        default=False,
+        help="--target kube: print every action instead of taking it",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,6 +77,8 @@ def _run_config(config: pytest.Config):
         sets = list(config.getoption("rollcheck_set"))
         if config.getoption("kubeconfig"):
             sets.append(f"kube.kubeconfig={config.getoption('kubeconfig')}")
+        if config.getoption("dry_run"):
+            sets.append("kube.dry_run=true")
         try:
             config.stash[config_key] = load_config(config.getoption("config"), sets)
         except ConfigError as exc:
@@ -150,10 +158,13 @@ def load(scenario):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    from harness.scenario import ScenarioFailed
+    from harness.scenario import DryRun, ScenarioFailed
 
     if call.excinfo is not None and call.excinfo.errisinstance(ScenarioFailed):
         report.longrepr = str(call.excinfo.value)  # the verdict is the message, not a traceback
+    elif call.excinfo is not None and call.excinfo.errisinstance(DryRun):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1], str(call.excinfo.value))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -8,6 +8,7 @@ events, the checks and the run folder.
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import threading
 import time
@@ -31,6 +32,10 @@ class ScenarioFailed(AssertionError):
     """The verdict is fail; the message is the short, readable account."""
 
 
+class DryRun(Exception):
+    """A dry run ends before judging: there is nothing to judge."""
+
+
 class Scenario:
     def __init__(self, name: str, kind: str, cfg: RunConfig, target: Target, run_dir: Path):
         self.name, self.kind, self.cfg, self.target = name, kind, cfg, target
@@ -45,6 +50,10 @@ class Scenario:
         self._health_thread: threading.Thread | None = None
 
     @property
+    def dry_run(self) -> bool:
+        return bool(getattr(self.target, "dry_run", False))
+
+    @property
     def thresholds(self) -> Thresholds:
         slo = self.cfg.slo
         return Thresholds(slo.stall_timeout_s, slo.ttft_s, slo.itl_s)
@@ -52,6 +61,9 @@ class Scenario:
     # --- steady state --------------------------------------------------------------
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
         """Start the load, let it warm up, wait for streams in flight."""
+        if self.dry_run:
+            self.target.action("steady_state", dry_run=True)
+            return
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
         self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
         self.load.preflight()
@@ -71,6 +83,8 @@ class Scenario:
 
     def busiest_pod(self):
         """The ready pod with the most streams in flight: the one to disturb."""
+        if self.dry_run:
+            return self.target.ready_pods()[0]
         return self.target.busiest_pod(self.cfg.scenario.in_flight, timeout_s=60)
 
     def disturb(self, *pods: str) -> None:
@@ -79,12 +93,17 @@ class Scenario:
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
+        if self.dry_run:
+            self.target.action("load_step", users=self.cfg.scenario.step_users)
+            return
         at = self._load_started + self.load.settings.step_at_s
         self._sleep(max(0.0, at - time.monotonic()))
         self.target.action("load_step", users=self.load.settings.step_users)
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
         """Poll the pod's /health in the background until judged (drain behaviour)."""
+        if self.dry_run:
+            return
 
         def poll() -> None:
             while not self._health_stop.wait(period_s):
@@ -124,6 +143,9 @@ class Scenario:
 
     def autoscale_for_step(self) -> int:
         """React to the load step as an HPA on in-flight requests per replica would."""
+        if self.dry_run:
+            self.target.scale(self.cfg.replicas + 1)
+            return self.cfg.replicas + 1
         self._sleep(self.cfg.scenario.hpa_sync_s)
         pods = self.target.ready_pods()
         busy = [self.target.pod_metrics(p.name) for p in pods]
@@ -163,7 +185,8 @@ class Scenario:
             return False
 
     def cool_down(self) -> None:
-        self._sleep(self.cfg.scenario.cool_down_s)
+        if not self.dry_run:
+            self._sleep(self.cfg.scenario.cool_down_s)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -177,6 +200,13 @@ class Scenario:
         """Stop the load, join the three views of each request, run the checks,
         write the run folder; raise ScenarioFailed with a short account if any fail."""
         self._health_stop.set()
+        if self.dry_run:
+            planned = [e.detail for e in self.target.events() if e.kind == "action"]
+            (self.run_dir / "plan.json").write_text(json.dumps(planned, indent=2, default=str))
+            raise DryRun(
+                f"dry run: {len(planned)} actions printed, none taken "
+                f"(plan in {self.run_dir / 'plan.json'})"
+            )
         result = self.load.stop()
         time.sleep(0.2)  # nginx logs a request when the client's connection closes
         events = self.target.events()

@@ -143,8 +143,14 @@ class Kube:
     selector: str | None = None
     gateway_url: str | None = None
     gateway_log_files: list[str] = field(default_factory=list)
-    allow_node_drain: bool = False
-    dry_run: bool = False
+    allow_node_drain: bool = False  # cordon + evict touches a node other workloads share
+    dry_run: bool = False  # print every action instead of taking it
+    image: str | None = None  # rollout image, "{version}" replaced, e.g. vllm/vllm-openai:{version}
+    scale_to_zero: str = "force"  # force: scale down now; wait: let the cluster's autoscaler act
+
+    def validate(self) -> None:
+        if self.scale_to_zero not in ("force", "wait"):
+            raise ValueError("kube.scale_to_zero must be force or wait")
 
 
 @dataclass

@@ -30,8 +30,10 @@ class EventLog:
         self._lock = threading.Lock()
         self._file = open(path, "a") if path else None
 
-    def emit(self, kind: str, pod=None, node=None, version=None, **detail) -> Event:
-        ev = Event(time.time(), kind, pod, node, version, detail)
+    def emit(
+        self, kind: str, pod=None, node=None, version=None, t: float | None = None, **detail
+    ) -> Event:
+        ev = Event(time.time() if t is None else t, kind, pod, node, version, detail)
         with self._lock:
             self._events.append(ev)
             if self._file:

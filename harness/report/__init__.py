@@ -19,6 +19,7 @@ def write_run(scenario, data, results, load_status: dict) -> dict:
         results=results,
         load_status=load_status,
         config=scenario.cfg,
+        target_obj=scenario.target,
     )
     summary["report"] = str(run_dir / "report.html")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -107,6 +107,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         f" · {summary.get('requests', 0)} requests · times are seconds from the disruption</div>",
         _actions(events, t0),
         _failed_checks(summary),
+        _lint_section(summary.get("lint") or []),
         _outcome_table(summary),
         "<h2>Timeline</h2>",
         _legend(),
@@ -152,6 +153,21 @@ def _failed_checks(summary: dict) -> str:
         for c in failed
     )
     return f"<h2>Failed checks</h2><ul>{items}</ul>"
+
+
+def _lint_section(findings: list[dict]) -> str:
+    if not findings:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(f['severity'])}</td><td>{_e(f['rule'])}</td><td>{_e(f['object'])}</td>"
+        f"<td><code>{_e(f['path'])}</code></td><td>{_e(f['why'])}<div class=hint>fix: {_e(f['fix'])}"
+        "</div></td></tr>"
+        for f in findings
+    )
+    return (
+        "<h2>Preflight findings on the live Deployment</h2><table><tr><th>severity</th>"
+        f"<th>rule</th><th>object</th><th>field</th><th>why / fix</th></tr>{rows}</table>"
+    )
 
 
 def _outcome_table(summary: dict) -> str:

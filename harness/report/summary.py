@@ -38,7 +38,9 @@ def phase_latency(records, t_act, t_recovered) -> dict:
     }
 
 
-def build_summary(scenario, name, target, data, results, load_status, config) -> dict:
+def build_summary(
+    scenario, name, target, data, results, load_status, config, target_obj=None
+) -> dict:
     records = data.records
     passed = all(r.passed for r in results)
     workers = (load_status or {}).get("workers", {}) or {}
@@ -65,5 +67,6 @@ def build_summary(scenario, name, target, data, results, load_status, config) ->
             "loop_lag_p99_s": max(lags) if lags else None,
             "workers": len(workers),
         },
+        "lint": [f.to_dict() for f in getattr(target_obj, "lint_findings", [])],
         "config": redact(dataclasses.asdict(config)),
     }

@@ -33,8 +33,9 @@ def kube_local(tmp_path_factory):
         )
     from harness.cluster.kubelocal import KubeLocal
 
-    kl = KubeLocal(tmp_path_factory.mktemp("kube-local"))
+    kl = KubeLocal(tmp_path_factory.mktemp("kube-local"), gpus_per_node=64)
     kl.start()
+    _cluster_state.kl = kl
     core = client.CoreV1Api(kl.api)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -57,7 +58,31 @@ def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.1):
         if value:
             return value
         time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{_cluster_state()}")
+
+
+def _DEBUG():
+    import os
+
+    if not os.environ.get("KDEBUG"):
+        return ""
+    from kubernetes import client as c
+
+    kl = _DEBUG.kl
+    core = c.CoreV1Api(kl.api)
+    out = []
+    for n in core.list_node().items:
+        out.append(
+            f"node {n.metadata.name} unsched={n.spec.unschedulable} taints={[t.key for t in n.spec.taints or []]} ready={is_ready(n)}"
+        )
+    for p in core.list_pod_for_all_namespaces().items:
+        out.append(
+            f"pod {p.metadata.namespace}/{p.metadata.name} node={p.spec.node_name} phase={p.status.phase} del={p.metadata.deletion_timestamp is not None}"
+        )
+    for e in core.list_event_for_all_namespaces().items[-8:]:
+        out.append(f"event {e.reason}: {e.message}")
+    out.append("agent threads alive: " + str([t.is_alive() for t in kl.agent._threads]))
+    return "\n" + "\n".join(out)
 
 
 def sim_objects(**changes) -> list[dict]:
@@ -86,7 +111,8 @@ def namespace(kube_local):
     name = f"t{next(_ns)}-{int(time.time()) % 10000}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(lambda: _has_default_sa(core, name), 30, "the default service account")
-    return name
+    yield name
+    core.delete_namespace(name)  # its pods terminate and free their GPUs
 
 
 def _has_default_sa(core, ns) -> bool:

@@ -18,7 +18,7 @@ def test_api_answers_and_nodes_are_ready(kube_local):
     nodes = core.list_node().items
     assert sorted(n.metadata.name for n in nodes) == kube_local.node_names
     assert all(is_ready(n) for n in nodes)
-    assert all(n.status.allocatable["nvidia.com/gpu"] == "8" for n in nodes)
+    assert all(n.status.allocatable["nvidia.com/gpu"] == "64" for n in nodes)
     assert client.VersionApi(kube_local.api).get_code().git_version == "v1.35.4"
 
 

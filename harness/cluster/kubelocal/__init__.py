@@ -74,6 +74,9 @@ class EndpointSliceIngress:
                     if self._stop.is_set():
                         w.stop()
                         return
+                    if ev["type"] == "ERROR":  # 410 Gone: relist
+                        rv = None
+                        break
                     s = ev["object"]
                     rv = s.metadata.resource_version
                     if ev["type"] == "DELETED":
@@ -91,6 +94,7 @@ class EndpointSliceIngress:
 
     def _apply(self, slices: dict) -> None:
         addresses = []
+        aliases = {}
         for s in slices.values():
             port = (s.ports or [None])[0]
             for ep in s.endpoints or []:
@@ -98,11 +102,15 @@ class EndpointSliceIngress:
                     for a in ep.addresses:
                         local = self.net.local(a)  # only our pods, by their real address
                         if local is not None:
-                            addresses.append(f"{local}:{port.port if port else 8000}")
+                            p = port.port if port else 8000
+                            addresses.append(f"{local}:{p}")
+                            aliases[f"{local}:{p}"] = (
+                                f"{a}:{p}"  # log the pod IP, as ingress-nginx does
+                            )
         endpoints = tuple(sorted(addresses))
         if endpoints != self._current:
             self._current = endpoints
-            self.nginx.set_endpoints(list(endpoints))
+            self.nginx.set_endpoints(list(endpoints), aliases)
 
     def stop(self) -> None:
         self._stop.set()

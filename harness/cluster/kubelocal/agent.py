@@ -15,6 +15,7 @@ import datetime
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 from kubernetes import client, watch
@@ -164,30 +165,34 @@ class NodeAgent:
         self.core.patch_node_status(name, {"status": status})
 
     def _leases(self) -> None:
+        # Both heartbeats, each on its own: the node lifecycle controller marks a node
+        # (and every pod on it) NotReady when neither arrives within its grace period.
         while not self._stop.is_set():
             for name in self.nodes:
-                try:
-                    self._renew(name)
-                    self._node_status(name)
-                except ApiException:
-                    pass
-                except Exception:  # the API may be going away at shutdown
-                    pass
+                for beat in (self._renew, self._node_status):
+                    try:
+                        beat(name)
+                    except Exception:  # the API may be going away at shutdown
+                        if not self._stop.is_set():
+                            self._log_exception(f"heartbeat of {name}")
             self._stop.wait(RENEW_S)
 
     def _renew(self, name: str) -> None:
-        lease = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=name, namespace="kube-node-lease"),
-            spec=client.V1LeaseSpec(
-                holder_identity=name, lease_duration_seconds=LEASE_S, renew_time=_now()
-            ),
-        )
+        # A merge patch: a replace would need the lease's current resourceVersion.
+        renew = {
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": LEASE_S,
+                "renewTime": _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
+        }
         try:
-            self.coord.replace_namespaced_lease(name, "kube-node-lease", lease)
+            self.coord.patch_namespaced_lease(name, "kube-node-lease", renew)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            self.coord.create_namespaced_lease("kube-node-lease", lease)
+            body = {"metadata": {"name": name, "namespace": "kube-node-lease"}} | renew
+            self.coord.create_namespaced_lease("kube-node-lease", body)
 
     # --- pods ----------------------------------------------------------------------
     def _watch_pods(self) -> None:
@@ -209,16 +214,27 @@ class NodeAgent:
                     if self._stop.is_set():
                         w.stop()
                         break
+                    if ev["type"] == "ERROR":  # e.g. 410 Gone: the version is too old
+                        rv = None
+                        break
                     obj = ev["object"]
+                    if ev["type"] == "BOOKMARK":  # may arrive as a plain dict
+                        meta = obj.get("metadata", {}) if isinstance(obj, dict) else None
+                        rv = (
+                            meta.get("resourceVersion", rv)
+                            if meta is not None
+                            else (obj.metadata.resource_version)
+                        )
+                        continue
                     rv = obj.metadata.resource_version
-                    if ev["type"] != "BOOKMARK":
-                        self._handle(ev["type"], obj)
+                    self._handle(ev["type"], obj)
             except ApiException as exc:
                 rv = None if exc.status == 410 else rv  # 410 Gone: relist
                 self._stop.wait(0.5)
             except Exception:
                 if self._stop.is_set():
                     return
+                self._log_exception("pod watch")
                 self._stop.wait(0.5)
 
     def _handle(self, kind: str, pod) -> None:
@@ -387,22 +403,30 @@ class NodeAgent:
             with self._lock:
                 runners = list(self.runners.items())
             for uid, r in runners:
-                ns, name = self.pods[uid]
-                if r.done.is_set():
-                    self._finalize(uid, ns, name)
-                    continue
-                status = self._status_of(r)
-                if status != self._reported.get(uid):
-                    if self._patch_status(ns, name, status):
+                try:
+                    ns, name = self.pods[uid]
+                    if r.done.is_set():
+                        self._finalize(uid, ns, name)
+                        continue
+                    status = self._status_of(r)
+                    if status != self._reported.get(uid) and self._patch_status(ns, name, status):
                         self._reported[uid] = status
+                except Exception:  # one pod's trouble must not stop every pod's status
+                    self._log_exception("status sync")
+
+    def _log_exception(self, where: str) -> None:
+        import traceback
+
+        with open(self.dir.parent / "agent.log", "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {where}: {traceback.format_exc()}\n")
 
     def _patch_status(self, ns: str, name: str, status: dict) -> bool:
         try:
             self.core.patch_namespaced_pod_status(name, ns, {"status": status})
             return True
-        except ApiException:
-            return False
-        except Exception:
+        except ApiException as exc:
+            if exc.status != 404:
+                self._log_exception(f"status of {ns}/{name}")
             return False
 
     def _finalize(self, uid: str, ns: str, name: str) -> None:

@@ -22,7 +22,7 @@ from harness.cluster.local.kubelet import die_with_parent
 LOG_FORMAT = (
     "log_format rollcheck escape=json '{"
     '"time":$msec,"connection":$connection,"request_id":"$http_x_request_id",'
-    '"status":$status,"upstream_addr":"$upstream_addr","upstream_status":"$upstream_status",'
+    '"status":$status,"upstream_addr":"$upstream_alias","upstream_status":"$upstream_status",'
     '"body_bytes_sent":$body_bytes_sent,"request_time":$request_time,'
     '"upstream_response_time":"$upstream_response_time","request":"$request"'
     "}';"
@@ -62,6 +62,7 @@ class Nginx:
         self.proc: subprocess.Popen | None = None
         self._pending: list[tuple[float, tuple[str, ...]]] = []
         self._applied: tuple[str, ...] | None = None
+        self._aliases: dict[str, str] = {}
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
@@ -113,9 +114,11 @@ class Nginx:
             time.sleep(0.02)
         self._thread.start()
 
-    def set_endpoints(self, addresses: list[str]) -> None:
-        """The cluster's endpoint set changed now; nginx learns of it after the delay."""
+    def set_endpoints(self, addresses: list[str], aliases: dict[str, str] | None = None) -> None:
+        """The cluster's endpoint set changed now; nginx learns of it after the delay.
+        `aliases` names an upstream in the access log by another address (its pod IP)."""
         with self._cv:
+            self._aliases.update(aliases or {})
             self._pending.append((time.monotonic() + self.delay_s, tuple(sorted(addresses))))
             self._cv.notify()
 
@@ -149,6 +152,13 @@ class Nginx:
             location = (
                 'default_type application/json; return 503 \'{"error": "no ready endpoints"}\';'
             )
+        with self._cv:
+            aliases = "".join(
+                f"    {a} {self._aliases[a]};\n" for a in endpoints if a in self._aliases
+            )
+        routes += (
+            f"map $upstream_addr $upstream_alias {{\n    default $upstream_addr;\n{aliases}}}\n"
+        )
         (self.dir / "upstreams.conf").write_text(routes)
         (self.dir / "location.conf").write_text(location + "\n")
 

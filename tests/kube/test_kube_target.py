@@ -1,0 +1,321 @@
+"""The Kubernetes target against kube-local: actions, restores, safety, watches, scenarios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from harness.cluster import TargetError
+from harness.cluster.config import load_config
+from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
+from harness.cluster.local.controller import EvictionRefused
+from tests.kube.conftest import ROOT, apply, ready_pods, sim_objects, wait_for
+
+
+@pytest.fixture
+def deployed(kube_local, namespace):
+    """deploy/sim (opted in) in a fresh namespace, served by an ingress."""
+
+    def make(replicas=2, pdb_min=1, opt_in=True):
+        objs = sim_objects(replicas=replicas, pdb_min=pdb_min)
+        if not opt_in:
+            del objs[0]["metadata"]["labels"][OPT_IN]
+        apply(kube_local, namespace, objs)
+        wait_for(lambda: len(ready_pods(kube_local, namespace)) == replicas, 60, "ready pods")
+        return kube_local.ingress("rollcheck-sim", namespace)
+
+    return make
+
+
+def target_for(kube_local, namespace, tmp_path, ingress=None, *sets) -> KubeTarget:
+    base = [f"kube.kubeconfig={kube_local.kubeconfig}", f"kube.namespace={namespace}", "replicas=2"]
+    if ingress is not None:
+        base += [
+            f"kube.gateway_url={ingress.url}",
+            f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
+        ]
+    return KubeTarget(load_config(None, base + list(sets)), tmp_path / "run")
+
+
+def deployment(kube_local, namespace):
+    return client.AppsV1Api(kube_local.api).read_namespaced_deployment("rollcheck-sim", namespace)
+
+
+def test_refuses_a_deployment_that_has_not_opted_in(kube_local, namespace, deployed, tmp_path):
+    deployed(opt_in=False)
+    before = deployment(kube_local, namespace).metadata.resource_version
+    t = target_for(kube_local, namespace, tmp_path)
+    with pytest.raises(TargetError, match="has not opted in"):
+        t.start()
+    assert deployment(kube_local, namespace).metadata.resource_version == before
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["kube.kubeconfig=/nope/kubeconfig"], "does not exist"),
+        (["kube.context=no-such-context"], "no-such-context"),
+        (["kube.namespace=no-such-ns"], "namespace 'no-such-ns' does not exist"),
+        (["kube.deployment=no-such-dep"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_clear_error(kube_local, namespace, tmp_path, sets, message):
+    t = target_for(kube_local, namespace, tmp_path, None, *sets)
+    with pytest.raises(TargetError, match=message):
+        t.start()
+
+
+def test_actions_and_their_restore(kube_local, namespace, deployed, tmp_path):
+    deployed()
+    original = deployment(kube_local, namespace)
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    t.scale(3)
+    t.rollout("v2", engine={"itl_s": 0.03}, max_surge="2", max_unavailable="1")
+    dep = deployment(kube_local, namespace)
+    assert dep.spec.replicas == 3
+    assert "--itl-s=0.03" in dep.spec.template.spec.containers[0].args
+    assert dep.spec.strategy.rolling_update.max_surge == 2
+    assert RESTORE in dep.metadata.annotations  # recorded before the first change
+    t.close()
+    dep = deployment(kube_local, namespace)
+    assert dep.spec.replicas == original.spec.replicas
+    assert (
+        dep.spec.template.spec.containers[0].args == original.spec.template.spec.containers[0].args
+    )
+    assert dep.spec.template.metadata.labels == original.spec.template.metadata.labels
+    assert (
+        dep.spec.strategy.rolling_update.max_surge
+        == original.spec.strategy.rolling_update.max_surge
+    )
+    assert RESTORE not in (dep.metadata.annotations or {})
+    assert set(t.restored) >= {"pod template", "rollout strategy", "replicas 3 -> 2"}
+
+
+def test_a_pending_restore_blocks_the_next_run_until_restored(
+    kube_local, namespace, deployed, tmp_path
+):
+    deployed()
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    t.scale(1)
+    for w in t._watches:  # the harness dies here: no close(), no restore
+        w.stop()
+    t2 = target_for(kube_local, namespace, tmp_path)
+    with pytest.raises(TargetError, match="restore pending"):
+        t2.start()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "kube-restore",
+            "--kubeconfig",
+            str(kube_local.kubeconfig),
+            "--set",
+            f"kube.namespace={namespace}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and "replicas 1 -> 2" in r.stdout
+    assert deployment(kube_local, namespace).spec.replicas == 2
+    target_for(kube_local, namespace, tmp_path).start()  # no longer refused
+
+
+def test_dry_run_takes_no_action(kube_local, namespace, deployed, tmp_path, capsys):
+    deployed()
+    before = deployment(kube_local, namespace).metadata.resource_version
+    pods_before = {p.metadata.name for p in ready_pods(kube_local, namespace)}
+    t = target_for(kube_local, namespace, tmp_path, None, "kube.dry_run=true")
+    t.start()
+    wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
+    victim = t.pods()[0].name
+    t.evict_pod(victim)
+    t.scale(0)
+    t.rollout("v9")
+    t.kill_pod(victim)
+    t.close()
+    out = capsys.readouterr().out
+    assert out.count("[dry-run] would") == 4
+    assert deployment(kube_local, namespace).metadata.resource_version == before
+    assert {p.metadata.name for p in ready_pods(kube_local, namespace)} == pods_before
+
+
+def test_eviction_retries_while_the_pdb_refuses(kube_local, namespace, deployed, tmp_path):
+    deployed(pdb_min=2)
+    policy = client.PolicyV1Api(kube_local.api)
+    wait_for(
+        lambda: (
+            policy.read_namespaced_pod_disruption_budget(
+                "rollcheck-sim", namespace
+            ).status.current_healthy
+            == 2
+        ),
+        30,
+        "the PDB status",
+    )
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
+    with pytest.raises(EvictionRefused):
+        t.evict_pod(t.pods()[0].name, retry_deadline_s=2)
+    assert sum(e.kind == "eviction_refused" for e in t.events()) >= 2  # retried
+    t.close()
+
+
+def test_node_drain_needs_opt_in_and_the_cordon_is_restored(
+    kube_local, namespace, deployed, tmp_path
+):
+    deployed()
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
+    node = t.pods()[0].node
+    with pytest.raises(TargetError, match="allow_node_drain"):
+        t.drain_node(node)
+    t.close()
+    t = target_for(kube_local, namespace, tmp_path, None, "kube.allow_node_drain=true")
+    t.start()
+    wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
+    t.drain_node(node, retry_deadline_s=30)
+    core = client.CoreV1Api(kube_local.api)
+    assert core.read_node(node).spec.unschedulable is True
+    t.close()
+    assert not core.read_node(node).spec.unschedulable
+    assert f"uncordoned {node}" in t.restored
+
+
+def test_a_broken_watch_resumes_without_losing_events(kube_local, namespace, deployed, tmp_path):
+    deployed()
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
+    victim = t.pods()[0].name
+    t.interrupt_watches()
+    client.CoreV1Api(kube_local.api).delete_namespaced_pod(victim, namespace)
+    wait_for(
+        lambda: any(e.kind == "pod_removed" and e.pod == victim for e in t.events()),
+        30,
+        "the deletion to reach the event stream",
+    )
+    kinds = [e.kind for e in t.events() if e.pod == victim]
+    assert "terminating" in kinds and "sigterm" in kinds
+    assert any(w.reconnects for w in t._watches)
+    t.close()
+
+
+def test_rbac_denial_names_the_verb_and_resource(kube_local, namespace, deployed, tmp_path):
+    deployed()
+    core = client.CoreV1Api(kube_local.api)
+    rbac = client.RbacAuthorizationV1Api(kube_local.api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "readonly"}})
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "readonly"},
+            "rules": [
+                {
+                    "apiGroups": ["", "apps"],
+                    "resources": ["pods", "deployments"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "readonly"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "readonly",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "readonly", "namespace": namespace}],
+        },
+    )
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": f"readonly-ns-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "view",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "readonly", "namespace": namespace}],
+        }
+    )
+    token = core.create_namespaced_service_account_token(
+        "readonly", namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    kc = yaml.safe_load(Path(kube_local.kubeconfig).read_text())
+    kc["users"] = [{"name": "readonly", "user": {"token": token}}]
+    kc["contexts"][0]["context"]["user"] = "readonly"
+    path = tmp_path / "readonly.kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    before = deployment(kube_local, namespace).metadata.resource_version
+    t = KubeTarget(
+        load_config(None, [f"kube.kubeconfig={path}", f"kube.namespace={namespace}"]),
+        tmp_path / "run",
+    )
+    with pytest.raises(TargetError, match=r"RBAC: not allowed to patch deployments in namespace"):
+        t.start()
+    assert deployment(kube_local, namespace).metadata.resource_version == before
+
+
+@pytest.mark.parametrize("select", ["drain and pod", "rollout and surge1"])
+def test_scenarios_end_to_end_through_the_kube_target(
+    kube_local, namespace, deployed, tmp_path, select
+):
+    ingress = deployed()
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "scenarios",
+        "-k",
+        select,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--target",
+        "kube",
+        "--kubeconfig",
+        str(kube_local.kubeconfig),
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "--set",
+        f"kube.namespace={namespace}",
+        "--set",
+        "replicas=2",
+        "--set",
+        f"kube.gateway_url={ingress.url}",
+        "--set",
+        f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
+        "--set",
+        "engine.itl_s=0.02",
+        "--set",
+        "scenario.recovery_s=60",
+    ]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    summary = json.loads(next((tmp_path / "reports").glob("*/*/summary.json")).read_text())
+    assert summary["target"] == "kube" and summary["verdict"] == "pass"
+    assert summary["requests"] > 0 and summary["outcomes"]["complete"] > 0
+    assert any(
+        r["pod"]
+        for r in map(
+            json.loads,
+            next((tmp_path / "reports").glob("*/*/records.jsonl")).read_text().splitlines(),
+        )
+    )  # correlated to pods via the gateway log
+    dep = deployment(kube_local, namespace)
+    assert RESTORE not in (dep.metadata.annotations or {})  # the run put back what it changed
