@@ -61,14 +61,13 @@ def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.1):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{_cluster_state()}")
 
 
-def _DEBUG():
-    import os
-
-    if not os.environ.get("KDEBUG"):
-        return ""
+def _cluster_state() -> str:
+    """Nodes, pods and the last events: printed with every timeout in these tests."""
     from kubernetes import client as c
 
-    kl = _DEBUG.kl
+    kl = getattr(_cluster_state, "kl", None)
+    if kl is None:
+        return ""
     core = c.CoreV1Api(kl.api)
     out = []
     for n in core.list_node().items:
