@@ -6,6 +6,7 @@ packet, and ends each case as it says: a clean end, a close mid-chunk, or a stal
 
 from __future__ import annotations
 
+import re
 import socket
 import socketserver
 import threading
@@ -31,6 +32,12 @@ class Handler(socketserver.BaseRequestHandler):
             if not part:
                 return
             head += part
+        # Read the whole body: closing with unread input makes the kernel send RST,
+        # which the client would rightly report as a reset.
+        headers, _, body = head.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", headers).group(1))
+        while len(body) < length:
+            body += sock.recv(65536)
         path = head.split(b" ", 2)[1].decode()
         _, kind, name, mode = path.split("/")
         if kind == "special":

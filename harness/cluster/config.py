@@ -143,6 +143,9 @@ class Kube:
     selector: str | None = None
     gateway_url: str | None = None
     gateway_log_files: list[str] = field(default_factory=list)
+    # or stream them from the ingress controller's pods: namespace and label selector
+    gateway_pods_namespace: str = "ingress-nginx"
+    gateway_pods_selector: str | None = None  # e.g. app.kubernetes.io/name=ingress-nginx
     allow_node_drain: bool = False  # cordon + evict touches a node other workloads share
     dry_run: bool = False  # print every action instead of taking it
     image: str | None = None  # rollout image, "{version}" replaced, e.g. vllm/vllm-openai:{version}

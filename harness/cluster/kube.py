@@ -210,6 +210,56 @@ class KubeTarget(Target):
             self._watches.append(w)
             w.start()
         self._record_original(dep)
+        if self.k.gateway_pods_selector and not self.k.gateway_log_files:
+            self._stream_gateway_logs()
+
+    def _stream_gateway_logs(self) -> None:
+        """Follow the ingress controller pods' logs into gateway/access.log and error.log
+        (ingress-nginx writes both to its container output)."""
+        folder = self.run_dir / "gateway"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._gw_files = (folder / "access.log", folder / "error.log")
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.k.gateway_pods_namespace, label_selector=self.k.gateway_pods_selector
+            ).items
+        except ApiException as exc:
+            what = f"gateway pods in {self.k.gateway_pods_namespace}"
+            raise self._error(exc, "list", "pods", what) from None
+        for pod in pods:
+            threading.Thread(
+                target=self._follow_log,
+                args=(pod.metadata.name,),
+                daemon=True,
+                name=f"gateway-log-{pod.metadata.name}",
+            ).start()
+
+    def _follow_log(self, pod: str) -> None:
+        from harness.gateway import ERROR_LINE
+
+        access, error = (open(p, "a") for p in self._gw_files)
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                pod,
+                self.k.gateway_pods_namespace,
+                follow=True,
+                since_seconds=1,
+                _preload_content=False,
+            )
+            buf = b""
+            for chunk in resp.stream(4096):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace")
+                    (error if ERROR_LINE.match(line) else access).write(line + "\n")
+                access.flush()
+                error.flush()
+        except Exception:
+            pass  # the pod went away; its lines so far are kept
+        finally:
+            access.close()
+            error.close()
 
     def _preflight(self):
         try:
@@ -526,6 +576,8 @@ class KubeTarget(Target):
             return exc.status if exc.status and exc.status < 600 and exc.status != 404 else None
 
     def gateway_logs(self):
+        if getattr(self, "_gw_files", None):
+            return self._gw_files
         files = self.k.gateway_log_files
         access = Path(files[0]) if files else None
         error = Path(files[1]) if len(files) > 1 else None

@@ -9,7 +9,10 @@ blank line, so a server that forgets the last blank line is still judged.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_EOL = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -35,21 +38,20 @@ class SSEParser:
         out: list[SSEEvent] = []
         buf = self._buf
         start = 0
-        i = self._scan
+        pos = self._scan
         n = len(buf)
-        while i < n:
-            b = buf[i]
-            if b == 0x0A or b == 0x0D:
-                if b == 0x0D and i + 1 == n:
-                    break  # a CR at the end may be half of a CRLF: wait for the next chunk
-                line = bytes(buf[start:i])
-                i += 2 if b == 0x0D and buf[i + 1] == 0x0A else 1
-                start = i
-                self._line(line, t, out)
-            else:
-                i += 1
+        while True:
+            m = _EOL.search(buf, pos)
+            if m is None:
+                pos = n
+                break
+            if m.end() == n and buf[m.start()] == 0x0D and m.end() - m.start() == 1:
+                pos = m.start()  # a CR at the end may be half of a CRLF: wait for the next chunk
+                break
+            self._line(bytes(buf[start : m.start()]), t, out)
+            start = pos = m.end()
         del buf[:start]
-        self._scan = i - start
+        self._scan = pos - start
         return out
 
     def close(self, t: float) -> list[SSEEvent]:
