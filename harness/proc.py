@@ -104,7 +104,7 @@ def reap_leftovers() -> list[int]:
         except (OSError, ValueError):
             pidfile.unlink(missing_ok=True)
             continue
-        if _alive(data.get("owner", 0)):
+        if pid_alive(data.get("owner", 0)):
             continue
         for pgid in data.get("groups", {}).values():
             if _ours(pgid):
@@ -117,7 +117,7 @@ def reap_leftovers() -> list[int]:
     return killed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
         return True

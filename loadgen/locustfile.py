@@ -25,6 +25,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
+from harness.proc import pid_alive
 from harness.streams import StreamRecord, Thresholds
 from loadgen.settings import LoadSettings, draw, prompt_text
 
@@ -176,7 +177,7 @@ class Collector:
         parent = int(RUNTIME.get("parent_pid") or 0)
         while not stop_file.exists():
             self.write_status()
-            if parent and not _alive(parent):
+            if parent and not pid_alive(parent):
                 break  # the harness died: stop rather than run on as an orphan
             gevent.sleep(0.1)
         self.state = "stopping"
@@ -201,16 +202,6 @@ class Collector:
         if isinstance(runner, MasterRunner):
             return [c.id for c in runner.clients.all if c.state != STATE_MISSING]
         return ["local"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 @events.init.add_listener

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -154,42 +153,31 @@ def test_report_command(tmp_path):
 )
 def test_chromium_draws_the_report_without_console_errors(tmp_path):
     from PIL import Image
-    from playwright.sync_api import sync_playwright
 
     folder = make_run(tmp_path / "run", 500, 12, "fail")
     page_path = write_report(folder)
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(page_path.as_uri())
-        box = page.locator("#timeline").bounding_box()
-        nested = (
-            page.locator("#timeline circle").count() - page.locator("#timeline > circle").count()
-        )
-        action_lines = page.locator("#timeline > line[stroke='#d32f2f']").count()
-        png = page.locator("#timeline").screenshot()
-        page.fill("#filter", "req-00003")
-        visible = page.locator("#broken tr:visible").count()
-        page.screenshot(path=str(folder / "report.png"), full_page=True)
-        browser.close()
-    assert errors == []
-    assert nested == 0  # every point drawn at the top level: no element swallowed the rest
-    assert action_lines == 1  # the eviction, across the lanes
+    png = folder / "timeline.png"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "browser_check.py"),
+            str(page_path),
+            CHROMIUM,
+            str(png),
+            "req-00003",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["errors"] == []
+    assert seen["nested"] == 0  # every point drawn at the top level: no element swallowed the rest
+    assert seen["action_lines"] == 1  # the eviction, across the lanes
+    box = seen["box"]
     assert box and box["width"] > 1000 and box["height"] > 200
-    img = Image.open(io.BytesIO(png)).convert("L")
+    img = Image.open(png).convert("L")
     colored = img.width * img.height - img.histogram()[255]
     assert colored > 0.02 * img.width * img.height  # bars, lines and points were drawn
-    assert visible == 2  # the header row and the one matching stream
+    assert seen["visible"] == 2  # the header row and the one matching stream

@@ -13,6 +13,7 @@ into the same timestamped events as the local target.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
@@ -124,13 +125,7 @@ class _Watch(threading.Thread):
     def interrupt(self) -> None:
         """Break the current connection (as a network blip would); the watch resumes."""
         if self._w is not None:
-            self._w.stop()
-            resp = getattr(self._w, "resp", None)
-            if resp is not None:
-                try:
-                    resp.close()
-                except Exception:
-                    pass
+            self._w.stop()  # shuts the socket down: the blocked read returns
 
     def stop(self) -> None:
         self.stopped.set()
@@ -195,6 +190,9 @@ class KubeTarget(Target):
             f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items()
         )
         self._selector = selector
+        # Watches left running at interpreter exit would log from daemon threads while
+        # Python shuts down, which can abort the process: stop them first.
+        atexit.register(self._stop_watches)
         for name, lister, on_event, kw in (
             ("pods", self.core.list_namespaced_pod, self._on_pod, {"label_selector": selector}),
             (
@@ -373,9 +371,14 @@ class KubeTarget(Target):
             if self._original is not None and self._marked:
                 self.restore()
         finally:
-            for w in self._watches:
-                w.stop()
+            self._stop_watches()
             self._events.close()
+
+    def _stop_watches(self) -> None:
+        for w in self._watches:
+            w.stop()
+        for w in self._watches:
+            w.join(5)
 
     def restore(self) -> list[str]:
         """Put back replicas, the pod template, the strategy, cordons and KEDA pauses."""

@@ -127,7 +127,9 @@ def test_a_pending_restore_blocks_the_next_run_until_restored(
     )
     assert r.returncode == 0 and "replicas 1 -> 2" in r.stdout
     assert deployment(kube_local, namespace).spec.replicas == 2
-    target_for(kube_local, namespace, tmp_path).start()  # no longer refused
+    t3 = target_for(kube_local, namespace, tmp_path)
+    t3.start()  # no longer refused
+    t3.close()
 
 
 def test_dry_run_takes_no_action(kube_local, namespace, deployed, tmp_path, capsys):

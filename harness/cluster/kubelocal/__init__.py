@@ -10,7 +10,7 @@ from kubernetes import client, config, utils, watch
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.events import EventLog
-from harness.cluster.kubelocal.agent import NodeAgent
+from harness.cluster.kubelocal.agent import NodeAgent, _close_watch
 from harness.cluster.kubelocal.controlplane import ControlPlane, ControlPlaneError
 from harness.cluster.kubelocal.podnet import ConnectProxy, PodNetwork
 from harness.cluster.local.gateway import Nginx
@@ -63,7 +63,7 @@ class EndpointSliceIngress:
                     slices = {s.metadata.name: s for s in listed.items}
                     rv = listed.metadata.resource_version
                     self._apply(slices)
-                w = watch.Watch()
+                w = self._watch = watch.Watch()
                 for ev in w.stream(
                     self.discovery.list_namespaced_endpoint_slice,
                     self.namespace,
@@ -114,6 +114,8 @@ class EndpointSliceIngress:
 
     def stop(self) -> None:
         self._stop.set()
+        _close_watch(getattr(self, "_watch", None))
+        self._thread.join(5)
         self.nginx.stop()
 
 

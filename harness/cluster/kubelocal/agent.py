@@ -204,7 +204,7 @@ class NodeAgent:
                     for pod in listed.items:
                         self._handle("ADDED", pod)
                     rv = listed.metadata.resource_version
-                w = watch.Watch()
+                w = self._watch = watch.Watch()
                 for ev in w.stream(
                     self.core.list_pod_for_all_namespaces,
                     resource_version=rv,
@@ -470,6 +470,7 @@ class NodeAgent:
     def stop(self) -> None:
         self._stop.set()
         self._dirty.set()
+        _close_watch(getattr(self, "_watch", None))
         with self._lock:
             runners = list(self.runners.values())
         for r in runners:
@@ -478,3 +479,10 @@ class NodeAgent:
             r.done.wait(10)
         for t in self._threads:
             t.join(2)
+
+
+def _close_watch(w) -> None:
+    """End a watch stream now (its thread would otherwise block until the server's timeout);
+    Watch.stop() shuts the socket down, which unblocks the read."""
+    if w is not None:
+        w.stop()

@@ -251,24 +251,29 @@ class ControlPlane:
         )
         self._wait(self._api_ready, "kube-apiserver", timeout_s)
         self.timings["api_ready_s"] = time.monotonic() - t1
-        common = [
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--leader-elect=false",
-            "--bind-address",
-            "127.0.0.1",
-        ]
+
+        # Both controllers serve on loopback and authenticate callers with the admin config.
+        def common() -> list[str]:
+            kc = str(self.kubeconfig)
+            return [
+                "--kubeconfig",
+                kc,
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(free_port()),
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+            ]
+
         self._spawn(
             "kube-controller-manager",
             [
                 str(bins / "kube-controller-manager"),
-                *common,
-                "--secure-port",
-                str(free_port()),
-                "--authentication-kubeconfig",
-                str(self.kubeconfig),
-                "--authorization-kubeconfig",
-                str(self.kubeconfig),
+                *common(),
                 "--service-account-private-key-file",
                 str(pki["sa.key"]),
                 "--root-ca-file",
@@ -286,13 +291,7 @@ class ControlPlane:
             "kube-scheduler",
             [
                 str(bins / "kube-scheduler"),
-                *common,
-                "--secure-port",
-                str(free_port()),
-                "--authentication-kubeconfig",
-                str(self.kubeconfig),
-                "--authorization-kubeconfig",
-                str(self.kubeconfig),
+                *common(),
             ],
         )
         self.timings["start_s"] = time.monotonic() - t0

@@ -1,0 +1,54 @@
+"""Open a report in headless Chromium (Playwright) and print what a reviewer would see, as JSON.
+
+Run in its own process by tests/test_report.py, so Playwright's greenlets never share
+an interpreter with the harness's threads.
+"""
+
+import json
+import sys
+
+from playwright.sync_api import sync_playwright
+
+
+def main(page_path: str, chromium: str, screenshot: str, filter_text: str) -> None:
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto("file://" + page_path)
+        box = page.locator("#timeline").bounding_box()
+        nested = (
+            page.locator("#timeline circle").count() - page.locator("#timeline > circle").count()
+        )
+        action_lines = page.locator("#timeline > line[stroke='#d32f2f']").count()
+        page.locator("#timeline").screenshot(path=screenshot)
+        page.fill("#filter", filter_text)
+        visible = page.locator("#broken tr:visible").count()
+        browser.close()
+    print(
+        json.dumps(
+            {
+                "errors": errors,
+                "box": box,
+                "nested": nested,
+                "action_lines": action_lines,
+                "visible": visible,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
