@@ -128,9 +128,16 @@ def pid_alive(pid: int) -> bool:
 
 
 def _ours(pgid: int) -> bool:
-    """Only a group whose leader is still one of ours (pids get reused)."""
-    try:
-        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return False
-    return any(name in cmdline for name in OURS)
+    """Whether any process still in the group is one of ours (pids get reused). The
+    leader may be gone: nginx workers outlive a master killed on its own."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # fields after the name: state, ppid, pgrp
+                continue
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if any(name in cmdline for name in OURS) or cmdline.startswith(b"nginx"):
+            return True
+    return False

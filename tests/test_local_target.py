@@ -250,3 +250,55 @@ def test_rollout_with_a_bad_engine_setting_is_refused(target_factory):
     t = target_factory(replicas=1)
     with pytest.raises(TargetError, match="engine"):
         t.rollout("v2", engine={"shutdown_mode": "explode"})
+
+
+def test_a_killed_harness_leaves_nothing_after_the_next_start(tmp_path):
+    """The harness dies with SIGKILL: its pods die with it, and the next start reaps nginx."""
+    script = (
+        "import sys, time\n"
+        "from harness.cluster.config import load_config\n"
+        "from harness.cluster.local import LocalTarget\n"
+        f"t = LocalTarget(load_config(None, {FAST + ['replicas=1']!r}), sys.argv[1])\n"
+        "t.start(); t.wait_settled(1, 30)\n"
+        "print(t.gateway.proc.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "dead")], stdout=subprocess.PIPE, text=True
+    )
+    nginx_group = int(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _group_alive(nginx_group):
+        from harness.proc import reap_leftovers
+
+        reap_leftovers()  # what the next LocalTarget.start() does first
+        time.sleep(0.2)
+    assert not _group_alive(nginx_group)
+    assert not any(
+        b"harness.cli sim" in _cmdline(p) and str(tmp_path).encode() in _cmdline(p)
+        for p in os.listdir("/proc")
+        if p.isdigit()
+    )
+
+
+def _group_alive(pgid: int) -> bool:
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
