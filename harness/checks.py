@@ -130,6 +130,12 @@ class RunData:
     def on_victims(self, records: Sequence[StreamRecord]) -> list[StreamRecord]:
         return [r for r in records if not self.victims or r.pod in self.victims]
 
+    def in_flight_on_victims(self) -> list[StreamRecord]:
+        """Streams open at the disruption on the pods it was aimed at."""
+        from harness.timeline import in_flight_at
+
+        return self.on_victims(in_flight_at(self.records, self.t_act)) if self.t_act else []
+
 
 def _result(name, bad, total, hint, expected=None) -> CheckResult:
     return CheckResult(
@@ -144,9 +150,7 @@ def _result(name, bad, total, hint, expected=None) -> CheckResult:
 
 def in_flight_streams_finish(d: RunData) -> CheckResult:
     """Streams in flight on the disturbed pods at the disruption end normally."""
-    from harness.timeline import in_flight_at
-
-    recs = d.on_victims(in_flight_at(d.records, d.t_act)) if d.t_act else []
+    recs = d.in_flight_on_victims()
     bad = [r for r in recs if r.outcome not in OK_OUTCOMES]
     return _result(
         "in_flight_streams_finish", bad, len(recs), hint_for_outcomes(bad) if bad else None
@@ -212,9 +216,7 @@ def gateway_clean(d: RunData) -> CheckResult:
 
 def killed_streams_fail_fast(d: RunData) -> CheckResult:
     """Streams on a killed pod end with an error within the stall timeout, never hang."""
-    from harness.timeline import in_flight_at
-
-    recs = d.on_victims(in_flight_at(d.records, d.t_act)) if d.t_act else []
+    recs = d.in_flight_on_victims()
     bad = [
         r
         for r in recs

@@ -240,8 +240,7 @@ class Scenario:
             ttft_attainment=self.cfg.scenario.ttft_slo_attainment,
             predicted_rollout_s=self.predicted_rollout_s,
         )
-        outcomes_total = sum(1 for r in records if r.outcome)
-        results = [C.check_accounting(result.sent, records, outcomes_total)]
+        results = [C.check_accounting(result.sent, records, result.outcome_total)]
         if result.problems:
             results[0].passed = False
             results[0].hint = "; ".join(result.problems)

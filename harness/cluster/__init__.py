@@ -10,11 +10,27 @@ import abc
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from harness.cluster.events import Event
+
+
+@dataclass
+class PodView:
+    """A pod as every target reports it."""
+
+    name: str
+    version: str
+    node: str | None
+    address: str | None  # ip:port, once the pod has an address
+    phase: str
+    ready: bool
+    terminating: bool
+    restarts: int
+    created_at: float
 
 
 class TargetError(RuntimeError):
@@ -39,7 +55,7 @@ class Target(abc.ABC):
 
     # --- observation ---------------------------------------------------------
     @abc.abstractmethod
-    def pods(self) -> list: ...
+    def pods(self) -> list[PodView]: ...
 
     @abc.abstractmethod
     def events(self) -> list[Event]: ...

@@ -26,9 +26,10 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from harness.cluster import Target, TargetError
+from harness.cluster import PodView, Target, TargetError
 from harness.cluster.config import RunConfig
 from harness.cluster.events import Event, EventLog
+from harness.cluster.kubelocal.agent import prestop_s
 from harness.cluster.local.controller import EvictionRefused, parse_metrics
 from harness.sim.settings import flag_name
 
@@ -132,19 +133,23 @@ class _Watch(threading.Thread):
         self.interrupt()
 
 
-class PodView:
-    def __init__(self, pod, port: int):
-        self.name = pod.metadata.name
-        self.version = (pod.metadata.labels or {}).get("version") or (
-            pod.spec.containers[0].image.rsplit(":", 1)[-1]
-        )
-        self.node = pod.spec.node_name
-        self.address = f"{pod.status.pod_ip}:{port}" if pod.status.pod_ip else None
-        self.phase = pod.status.phase or "Pending"
-        self.ready = _ready(pod)
-        self.terminating = pod.metadata.deletion_timestamp is not None
-        self.restarts = sum(c.restart_count for c in (pod.status.container_statuses or []))
-        self.created_at = _ts(pod.metadata.creation_timestamp)
+def pod_view(pod, port: int) -> PodView:
+    return PodView(
+        name=pod.metadata.name,
+        version=_version(pod),
+        node=pod.spec.node_name,
+        address=f"{pod.status.pod_ip}:{port}" if pod.status.pod_ip else None,
+        phase=pod.status.phase or "Pending",
+        ready=_ready(pod),
+        terminating=pod.metadata.deletion_timestamp is not None,
+        restarts=sum(c.restart_count for c in (pod.status.container_statuses or [])),
+        created_at=_ts(pod.metadata.creation_timestamp),
+    )
+
+
+def _version(pod) -> str:
+    labels = pod.metadata.labels or {}
+    return labels.get("version") or pod.spec.containers[0].image.rsplit(":", 1)[-1]
 
 
 class KubeTarget(Target):
@@ -447,7 +452,7 @@ class KubeTarget(Target):
     def _on_pod(self, kind: str, pod) -> None:
         uid = pod.metadata.uid
         name, node = pod.metadata.name, pod.spec.node_name
-        version = PodView(pod, self.port).version
+        version = _version(pod)
         with self._lock:
             old = self._pods.get(uid)
             if kind == "DELETED":
@@ -477,7 +482,7 @@ class KubeTarget(Target):
             grace = pod.metadata.deletion_grace_period_seconds or 0
             start = _ts(pod.metadata.deletion_timestamp) - grace
             emit("terminating", pod=name, node=node, version=version, t=start, grace_s=grace)
-            prestop = _prestop_s(pod)
+            prestop = prestop_s(pod.spec.containers[0])
             if prestop and grace > prestop:
                 emit("prestop_started", pod=name, node=node, version=version, t=start)
             # The kubelet sends SIGTERM once preStop returns: estimated from the pod spec.
@@ -555,7 +560,7 @@ class KubeTarget(Target):
 
     def pods(self) -> list[PodView]:
         with self._lock:
-            return [PodView(p, self.port) for p in self._pods.values()]
+            return [pod_view(p, self.port) for p in self._pods.values()]
 
     def events(self) -> list[Event]:
         return sorted(self._events.all(), key=lambda e: e.t)
@@ -787,12 +792,6 @@ class KubeTarget(Target):
         """Break every watch connection once (tests the resume path)."""
         for w in self._watches:
             w.interrupt()
-
-
-def _prestop_s(pod) -> float:
-    from harness.cluster.kubelocal.agent import _prestop_s as prestop
-
-    return prestop(pod.spec.containers[0])
 
 
 def _int_or_str(v):

@@ -25,7 +25,9 @@ from harness.cluster.config import PodSettings, Probe
 from harness.cluster.events import EventLog
 from harness.cluster.kubelocal.podnet import PodNetwork
 from harness.cluster.local.kubelet import PodRunner, PodSpec
+from harness.lint import prestop_sleep_s
 
+_SERIALIZER = client.ApiClient()  # client objects -> the manifest's dict form
 SIM_IMAGE = re.compile(r"(^|/)rollcheck[/-]sim(:|@|$)")
 LEASE_S = 40
 RENEW_S = 5
@@ -48,22 +50,16 @@ def _probe(p, default_path: str = "/health") -> Probe | None:
     )
 
 
-def _prestop_s(container) -> float:
-    pre = container.lifecycle.pre_stop if container.lifecycle else None
-    if pre is None:
-        return 0.0
-    if getattr(pre, "sleep", None) is not None:
-        return float(pre.sleep.seconds)
-    cmd = " ".join(pre._exec.command or []) if getattr(pre, "_exec", None) else ""
-    m = re.search(r"\bsleep\s+(\d+(?:\.\d+)?)", cmd)
-    return float(m.group(1)) if m else 0.0
+def prestop_s(container) -> float:
+    """The container's preStop sleep (exec `sleep N` or the sleep action), as lint reads it."""
+    return prestop_sleep_s(_SERIALIZER.sanitize_for_serialization(container)) or 0.0
 
 
 def pod_settings(pod) -> PodSettings:
     c = pod.spec.containers[0]
     grace = pod.spec.termination_grace_period_seconds
     return PodSettings(
-        prestop_s=_prestop_s(c),
+        prestop_s=prestop_s(c),
         termination_grace_s=float(30 if grace is None else grace),
         startup_probe=_probe(c.startup_probe),
         readiness_probe=_probe(c.readiness_probe) or Probe(period_s=1.0, failure_threshold=1),

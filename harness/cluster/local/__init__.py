@@ -109,19 +109,6 @@ class LocalTarget(Target):
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
 
-    def address_map(self) -> dict[str, list[tuple[float, float | None, str, str]]]:
-        """address -> [(from, to, pod, version)]: which pod held an address when."""
-        out: dict[str, list] = {}
-        for ev in self.events():
-            if ev.kind == "pod_created":
-                out.setdefault(ev.detail["address"], []).append([ev.t, None, ev.pod, ev.version])
-            elif ev.kind == "pod_removed":
-                for spans in out.values():
-                    for span in spans:
-                        if span[2] == ev.pod and span[1] is None:
-                            span[1] = ev.t
-        return {a: [tuple(s) for s in spans] for a, spans in out.items()}
-
     # --- actions -------------------------------------------------------------------
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
         current = self.controller.template

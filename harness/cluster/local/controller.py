@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.cluster import PodView
 from harness.cluster.config import RunConfig
 from harness.cluster.events import EventLog
 from harness.cluster.local.gateway import Nginx
@@ -40,19 +41,6 @@ class EvictionRefused(RuntimeError):
 class Template:
     version: str
     engine: SimSettings
-
-
-@dataclass
-class PodView:
-    name: str
-    version: str
-    node: str
-    address: str
-    phase: str
-    ready: bool
-    terminating: bool
-    restarts: int
-    created_at: float
 
 
 class Controller:
