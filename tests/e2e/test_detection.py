@@ -6,38 +6,11 @@ target; the verdict is read back from the run folder's summary.json.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scenario_runs import run_scenarios
+
 LONG = "load.max_tokens=[{tokens: 200}]"  # every answer ~4 s: streams surely in flight
-
-
-def run_scenarios(
-    tmp_path: Path, select: str, *sets: str
-) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    args = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "scenarios",
-        "-k",
-        select,
-        "-q",
-        "--reports-dir",
-        str(tmp_path),
-        "-p",
-        "no:cacheprovider",
-    ]
-    for s in sets:
-        args += ["--set", s]
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/*/summary.json"))]
-    return proc, summaries
 
 
 def failed_checks(summary: dict) -> set[str]:

@@ -15,7 +15,8 @@ from harness.cluster import TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
 from harness.cluster.local.controller import EvictionRefused
-from tests.kube.conftest import ROOT, apply, ready_pods, sim_objects, wait_for
+from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for
+from tests.scenario_runs import run_scenarios
 
 
 @pytest.fixture
@@ -278,38 +279,19 @@ def test_scenarios_end_to_end_through_the_kube_target(
     kube_local, namespace, deployed, tmp_path, select
 ):
     ingress = deployed()
-    args = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "scenarios",
-        "-k",
+    r, summaries = run_scenarios(
+        tmp_path / "reports",
         select,
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--target",
-        "kube",
-        "--kubeconfig",
-        str(kube_local.kubeconfig),
-        "--reports-dir",
-        str(tmp_path / "reports"),
-        "--set",
         f"kube.namespace={namespace}",
-        "--set",
         "replicas=2",
-        "--set",
         f"kube.gateway_url={ingress.url}",
-        "--set",
         f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
-        "--set",
         "engine.itl_s=0.02",
-        "--set",
         "scenario.recovery_s=60",
-    ]
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        options=("--target", "kube", "--kubeconfig", str(kube_local.kubeconfig)),
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    summary = json.loads(next((tmp_path / "reports").glob("*/*/summary.json")).read_text())
+    (summary,) = summaries
     assert summary["target"] == "kube" and summary["verdict"] == "pass"
     assert summary["requests"] > 0 and summary["outcomes"]["complete"] > 0
     assert any(
