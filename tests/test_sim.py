@@ -159,6 +159,22 @@ def test_models_version_metrics(sim_factory):
     ):
         assert name in metrics
     assert 'vllm:request_success_total{engine="0",finished_reason="length"' in metrics
+    tokens = [ln for ln in metrics.splitlines() if ln.startswith("vllm:generation_tokens_total{")]
+    assert tokens and float(tokens[0].split()[-1]) == 2.0
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_content_chunks_match_the_general_encoder(chat):
+    # Content chunks are built from pre-encoded parts; they must stay byte-identical
+    # to encoding the whole chunk, whatever the token or request id holds.
+    from harness.sim.app import Request, SimApp
+    from harness.sim.settings import SimSettings
+
+    app = SimApp(SimSettings(model='m"odel'))
+    req = Request('id"\\x', chat, True, "p", 5, False, 0, 0, False, None)
+    encode = app._content_chunk_encoder(req, 1700000000)
+    for token in (" word", 'quote"d', "back\\slash", "\u00e9t\u00e9 \u2603", "\n\t", ""):
+        assert encode(token) == app._chunk(req, 1700000000, app._choice(req, token, None))
 
 
 def test_queueing_under_max_num_seqs(sim_factory):

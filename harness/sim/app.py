@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from harness.sim import text
 from harness.sim.settings import FAULT_KINDS, SimSettings
@@ -29,6 +31,21 @@ Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 
 FAULT_HEADER = "x-rollcheck-fault"
+
+# A text no request can put into a chunk (HTTP headers cannot carry NUL), and its JSON.
+_MARK = "\x00rollcheck-token\x00"
+_MARK_JSON = json.dumps(_MARK).encode()
+_ENCODED: dict[str, bytes] = {}
+
+
+def _json_str(s: str) -> bytes:
+    """json.dumps(s) as bytes, cached: answers reuse a small vocabulary."""
+    out = _ENCODED.get(s)
+    if out is None:
+        if len(_ENCODED) > 65536:
+            _ENCODED.clear()
+        out = _ENCODED[s] = json.dumps(s).encode()
+    return out
 
 
 class BadRequest(Exception):
@@ -98,9 +115,10 @@ class Metrics:
             names + ["finished_reason"],
             registry=self.registry,
         )
-        self.generation_tokens = Counter(
-            "vllm:generation_tokens_total", "Generated tokens.", names, registry=self.registry
-        ).labels(**labels)
+        # Counted with a plain int and read at scrape time: a Counter.inc() per token
+        # (a lock and three Python calls) was a measurable share of each token's cost.
+        self.generation_tokens = 0
+        self.registry.register(_TokenCounter(self, labels))
         self.prompt_tokens = Counter(
             "vllm:prompt_tokens_total", "Prompt tokens.", names, registry=self.registry
         ).labels(**labels)
@@ -108,6 +126,52 @@ class Metrics:
 
     def success(self, reason: str) -> None:
         self._success.labels(**self._labels, finished_reason=reason).inc()
+
+
+class _TokenCounter(Collector):
+    """vllm:generation_tokens_total, read from Metrics.generation_tokens when scraped."""
+
+    def __init__(self, metrics: Metrics, labels: dict[str, str]):
+        self._metrics, self._labels, self._created = metrics, labels, time.time()
+
+    def collect(self):
+        family = CounterMetricFamily(
+            "vllm:generation_tokens", "Generated tokens.", labels=list(self._labels)
+        )
+        family.add_metric(
+            list(self._labels.values()), self._metrics.generation_tokens, created=self._created
+        )
+        yield family
+
+
+class Ticker:
+    """Wake-ups at monotonic times: one event-loop timer per millisecond for all streams.
+
+    asyncio.sleep per token costs a timer handle, a heap insert and two Python calls;
+    with hundreds of streams most tokens fall due in a millisecond some other stream
+    already waits for. The event loop's timers have millisecond resolution anyway.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[int, list[asyncio.Future]] = {}
+
+    def until(self, when: float) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        # Nearest millisecond, as the loop's own call_later rounds: ceil would add
+        # half a millisecond to every token on top of the loop's millisecond clock.
+        ms = round(when * 1000)
+        waiters = self._due.get(ms)
+        if waiters is None:
+            waiters = self._due[ms] = []
+            loop.call_at(ms / 1000, self._fire, ms)
+        waiters.append(fut)
+        return fut
+
+    def _fire(self, ms: int) -> None:
+        for fut in self._due.pop(ms):
+            if not fut.done():
+                fut.set_result(None)
 
 
 class Engine:
@@ -123,6 +187,7 @@ class Engine:
         self.streams: set[Stream] = set()
         self.metrics = Metrics(settings.model)
         self.rng = random.Random(settings.seed)
+        self.ticker = Ticker()
         self.lag_s: collections.deque[float] = collections.deque(maxlen=200_000)
         self.events_sent = 0
         self._t0 = time.monotonic()
@@ -413,6 +478,21 @@ class SimApp:
             obj["rollcheck_sent_at"] = time.time()
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
+    def _content_chunk_encoder(self, req: Request, created: int) -> Callable[[str], bytes]:
+        """token -> its content chunk, byte-identical to _chunk.
+
+        Content chunks of one stream differ only in their text, so everything around
+        the text is encoded once and each token costs two byte joins instead of a
+        dict build and a json.dumps (the largest per-token cost in the simulator).
+        """
+        if not self.s.send_timestamps:
+            whole = self._chunk(req, created, self._choice(req, _MARK, None))
+            parts = whole.split(_MARK_JSON)
+            if len(parts) == 2:
+                head, tail = parts
+                return lambda token: head + _json_str(token) + tail
+        return lambda token: self._chunk(req, created, self._choice(req, token, None))
+
     def _choice(self, req: Request, content: str | None, finish: str | None) -> dict:
         if req.chat:
             delta = {} if content is None else {"content": content}
@@ -481,6 +561,7 @@ class SimApp:
                 except TimeoutError:
                     pass
             first = True
+            chunk = self._content_chunk_encoder(req, created)
             for token in tokens:
                 if stream.ending is not None or disconnected.is_set():
                     break
@@ -498,11 +579,12 @@ class SimApp:
                         os._exit(3)
                 delay = next_at - time.monotonic()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    await engine.ticker.until(next_at)
                 engine.lag_s.append(time.monotonic() - next_at)
-                await emit(self._chunk(req, created, self._choice(req, token, None)))
+                await send({"type": "http.response.body", "body": chunk(token), "more_body": True})
+                engine.events_sent += 1
                 sent_tokens += 1
-                metrics.generation_tokens.inc()
+                metrics.generation_tokens += 1
                 if first:
                     metrics.ttft.observe(time.monotonic() - t_start)
                     first = False
@@ -564,7 +646,7 @@ class SimApp:
                 "usage": usage,
             }
             engine.metrics.success(finish)
-            engine.metrics.generation_tokens.inc(len(tokens))
+            engine.metrics.generation_tokens += len(tokens)
             await _respond_json(send, 200, body)
         finally:
             if admitted:

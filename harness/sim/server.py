@@ -33,6 +33,8 @@ async def serve(settings: SimSettings) -> None:
         log_level="warning",
         access_log=False,
         timeout_keep_alive=75,
+        # No proxy in front to trust, and one coroutine less to resume on every token.
+        proxy_headers=False,
         timeout_graceful_shutdown=2,
     )
     server = _Server(config)
