@@ -1,6 +1,6 @@
 """Simulator throughput: concurrent 50 tok/s streams vs the simulator's send-schedule lag.
 
-Run: .venv/bin/python -m benchmarks.bench_sim [--levels 100,200,300,400]
+Run: .venv/bin/python -m benchmarks.bench_sim [--levels 100,200,300,400] [--repeat 3]
 Prints events/s, lag p50/p99 (the simulator's own, from /sim/stats) and its CPU%.
 """
 
@@ -29,30 +29,33 @@ def loop_factory():
 
 
 def measure(url: str, host: str, port: int, streams: int, seconds: float, itl_s: float) -> dict:
+    """One run: the simulator's own figures over `seconds` while every stream is mid-answer."""
     ramp_s = 1.0
-    tokens = int((seconds + ramp_s) / itl_s)
-    marks = {}
+    # Streams outlive the window, so it sees the full load (streams / itl_s events/s).
+    tokens = int((ramp_s + 0.5 + seconds + 1.0) / itl_s)
+    window = {}
 
-    def ramped():
+    def ramped():  # in a thread: the client's loop keeps reading meanwhile
         httpx.delete(url + "/sim/stats")
-        marks["t0"] = time.monotonic()
+        time.sleep(seconds)
+        window.update(httpx.get(url + "/sim/stats").json())
 
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(run_streams(host, port, streams, tokens, ramp_s, ramped))
-    stats = httpx.get(url + "/sim/stats").json()
     return {
         "streams": streams,
-        "events_per_s": stats["events_sent"] / stats["wall_s"],
-        "lag_p50_ms": (stats["lag_p50_s"] or 0) * 1000,
-        "lag_p99_ms": (stats["lag_p99_s"] or 0) * 1000,
-        "cpu_pct": 100 * stats["cpu_s"] / stats["wall_s"],
+        "events_per_s": window["events_sent"] / window["wall_s"],
+        "lag_p50_ms": (window["lag_p50_s"] or 0) * 1000,
+        "lag_p99_ms": (window["lag_p99_s"] or 0) * 1000,
+        "cpu_pct": 100 * window["cpu_s"] / window["wall_s"],
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--levels", default="100,200,300,400,500")
+    ap.add_argument("--levels", default="100,200,300,400")
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per level (the VM is noisy)")
     ap.add_argument("--itl-s", type=float, default=0.02)
     ap.add_argument("--lag-goal-ms", type=float, default=5.0)
     args = ap.parse_args()
@@ -61,23 +64,27 @@ def main() -> None:
     url = f"http://127.0.0.1:{settings.port}"
     try:
         wait_http(url + "/health", proc=proc)
-        best = None
+        held = None
         print(f"{'streams':>8} {'events/s':>10} {'lag p50 ms':>11} {'lag p99 ms':>11} {'CPU%':>6}")
         for level in (int(x) for x in args.levels.split(",")):
-            r = measure(url, "127.0.0.1", settings.port, level, args.seconds, args.itl_s)
+            runs = []
+            for _ in range(args.repeat):
+                r = measure(url, "127.0.0.1", settings.port, level, args.seconds, args.itl_s)
+                runs.append(r)
+                print(
+                    f"{r['streams']:>8} {r['events_per_s']:>10.0f} {r['lag_p50_ms']:>11.2f} "
+                    f"{r['lag_p99_ms']:>11.2f} {r['cpu_pct']:>6.0f}"
+                )
+            ok = sum(r["lag_p99_ms"] < args.lag_goal_ms for r in runs)
             print(
-                f"{r['streams']:>8} {r['events_per_s']:>10.0f} {r['lag_p50_ms']:>11.2f} "
-                f"{r['lag_p99_ms']:>11.2f} {r['cpu_pct']:>6.0f}"
+                f"{level:>8} streams: p99 under {args.lag_goal_ms} ms in {ok} of {len(runs)} runs"
             )
-            if r["lag_p99_ms"] < args.lag_goal_ms:
-                best = r
-        if best:
-            print(
-                f"largest load under {args.lag_goal_ms} ms p99 lag: {best['streams']} streams, "
-                f"{best['events_per_s']:.0f} events/s"
-            )
+            if ok == len(runs):
+                held = level
+        if held:
+            print(f"largest load under {args.lag_goal_ms} ms p99 lag in every run: {held} streams")
         else:
-            print(f"no level held p99 lag under {args.lag_goal_ms} ms")
+            print(f"no level held p99 lag under {args.lag_goal_ms} ms in every run")
     finally:
         stop_group(proc, signal.SIGKILL)
 

@@ -177,6 +177,50 @@ def test_content_chunks_match_the_general_encoder(chat):
         assert encode(token) == app._chunk(req, 1700000000, app._choice(req, token, None))
 
 
+def test_slow_reader_gets_every_token_in_order(sim_factory):
+    # A client that stops reading fills the socket buffers until the server waits for
+    # them to drain; the stream must then carry on where it stopped, losing nothing.
+    sim = sim_factory(ttft_s=0.0, itl_s=0.0)
+    n = 40_000  # about 7 MB: more than the kernel's largest send buffer (4 MB)
+    payload = json.dumps(body(max_tokens=n, ignore_eos=True)).encode()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.connect(("127.0.0.1", sim.settings.port))
+        s.sendall(
+            b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: "
+            + str(len(payload)).encode()
+            + b"\r\n\r\n"
+            + payload
+        )
+        time.sleep(2.0)  # nothing is read yet
+        parts = []
+        s.settimeout(30)
+        while chunk := s.recv(1 << 20):
+            parts.append(chunk)
+    assert httpx.get(sim.url + "/sim/stats").json()["blocked_sends"] > 0
+    raw = b"".join(parts)
+    head, _, chunked = raw.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0]
+    pieces, at = [], 0
+    while True:  # undo chunked transfer encoding
+        eol = chunked.index(b"\r\n", at)
+        size = int(chunked[at:eol], 16)
+        if size == 0:
+            break
+        pieces.append(chunked[eol + 2 : eol + 2 + size])
+        at = eol + 2 + size + 2
+    data = b"".join(pieces)
+    evs = events(data)
+    content = [e for e in evs[1:-2] if isinstance(e, dict)]
+    assert len(content) == n
+    reference = events(httpx.post(sim.url + CHAT, json=body(max_tokens=n, ignore_eos=True)).content)
+    assert [e["choices"][0]["delta"] for e in evs[1:-1]] == [
+        e["choices"][0]["delta"] for e in reference[1:-1]
+    ]
+    assert evs[-2]["choices"][0]["finish_reason"] == "length" and evs[-1] == "[DONE]"
+
+
 def test_queueing_under_max_num_seqs(sim_factory):
     sim = sim_factory(max_num_seqs=1, ttft_s=0.05, itl_s=0.05)
     first = StreamReader(sim.url, body(max_tokens=20, ignore_eos=True))

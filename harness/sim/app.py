@@ -16,7 +16,7 @@ import random
 import resource
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -144,34 +144,141 @@ class _TokenCounter(Collector):
         yield family
 
 
-class Ticker:
-    """Wake-ups at monotonic times: one event-loop timer per millisecond for all streams.
+# Tokens one stream may send in a row when behind schedule before the others get a turn.
+_CATCH_UP_TOKENS = 64
 
-    asyncio.sleep per token costs a timer handle, a heap insert and two Python calls;
-    with hundreds of streams most tokens fall due in a millisecond some other stream
-    already waits for. The event loop's timers have millisecond resolution anyway.
+
+class DecodeClock:
+    """Runs due decode steps, one event-loop timer per millisecond for all streams.
+
+    Like an engine step, one timer callback writes the tokens of every stream due in
+    that millisecond: no timer, future and task wake-up per token, which on a busy
+    simulator cost as much as the write itself. The loop's timers have millisecond
+    resolution anyway.
     """
 
     def __init__(self) -> None:
-        self._due: dict[int, list[asyncio.Future]] = {}
+        self._due: dict[int, list[Decode]] = {}
 
-    def until(self, when: float) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+    def schedule(self, decode: Decode) -> None:
         # Nearest millisecond, as the loop's own call_later rounds: ceil would add
         # half a millisecond to every token on top of the loop's millisecond clock.
-        ms = round(when * 1000)
-        waiters = self._due.get(ms)
-        if waiters is None:
-            waiters = self._due[ms] = []
-            loop.call_at(ms / 1000, self._fire, ms)
-        waiters.append(fut)
-        return fut
+        ms = round(decode.next_at * 1000)
+        due = self._due.get(ms)
+        if due is None:
+            due = self._due[ms] = []
+            asyncio.get_running_loop().call_at(ms / 1000, self._fire, ms)
+        due.append(decode)
 
     def _fire(self, ms: int) -> None:
-        for fut in self._due.pop(ms):
-            if not fut.done():
-                fut.set_result(None)
+        for decode in self._due.pop(ms):
+            decode.step()
+
+
+class Decode:
+    """The plain content tokens of one stream, tokens[sent:stop], written on schedule.
+
+    The stream's own coroutine sends everything else (role, faults, finish, usage,
+    [DONE]) and waits in run() while the clock writes the tokens.
+    """
+
+    def __init__(
+        self,
+        app: SimApp,
+        stream: Stream,
+        send: Send,
+        chunk: Callable[[str], bytes],
+        tokens: list[str],
+        disconnected: asyncio.Event,
+    ):
+        self.engine, self.app, self.stream, self.send = app.engine, app, stream, send
+        self.chunk, self.tokens, self.disconnected = chunk, tokens, disconnected
+        self.sent = self.stop = 0
+        self.next_at = 0.0
+        self.on_first: Callable[[], None] | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def over(self) -> bool:
+        return self.stream.ending is not None or self.disconnected.is_set()
+
+    async def run(self, stop: int) -> None:
+        """Send tokens up to index stop, unless the stream is ended or the client left."""
+        self.stop = min(stop, len(self.tokens))
+        loop = asyncio.get_running_loop()
+        while self.sent < self.stop and not self.over():
+            self._waiter = loop.create_future()
+            self.engine.clock.schedule(self)
+            blocked = await self._waiter
+            if blocked is not None:
+                await _finish_send(*blocked)
+
+    def step(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # the stream's task was cancelled
+            return
+        try:
+            self._write_due(waiter)
+        except Exception as exc:  # the stream's task raises it, as an awaited send would
+            waiter.set_exception(exc)
+
+    def _write_due(self, waiter: asyncio.Future) -> None:
+        engine = self.engine
+        for _ in range(_CATCH_UP_TOKENS):
+            if self.over():
+                break
+            now = time.monotonic()
+            engine.lag_s.append(now - self.next_at)
+            message = {
+                "type": "http.response.body",
+                "body": self.chunk(self.tokens[self.sent]),
+                "more_body": True,
+            }
+            self.sent += 1
+            engine.events_sent += 1
+            engine.metrics.generation_tokens += 1
+            if self.on_first is not None:
+                self.on_first()
+                self.on_first = None
+            self.next_at += self.app._gap_s()
+            send = self.send(message)
+            try:
+                awaited = send.send(None)
+            except StopIteration:
+                pass  # written: the usual case
+            else:
+                # The client reads slower than we write and the server waits for the
+                # socket to drain: the stream's own task finishes this send.
+                engine.blocked_sends += 1
+                waiter.set_result((send, awaited))
+                return
+            if self.sent >= self.stop:
+                break
+            if self.next_at > now:
+                engine.clock.schedule(self)
+                return
+            # Behind schedule: the next token is due already, send it now.
+        else:
+            engine.clock.schedule(self)  # far behind: let other streams have the loop
+            return
+        waiter.set_result(None)
+
+
+async def _finish_send(send: Coroutine, awaited: asyncio.Future | None) -> None:
+    """Drive a send coroutine that suspended on its first step, as a Task would:
+    wait for what it awaits, then resume it, until it returns."""
+    while True:
+        try:
+            if awaited is None:
+                await asyncio.sleep(0)  # a bare yield
+            else:
+                await asyncio.wait([awaited])
+        except asyncio.CancelledError:
+            send.close()
+            raise
+        try:
+            awaited = send.send(None)
+        except StopIteration:
+            return
 
 
 class Engine:
@@ -187,9 +294,10 @@ class Engine:
         self.streams: set[Stream] = set()
         self.metrics = Metrics(settings.model)
         self.rng = random.Random(settings.seed)
-        self.ticker = Ticker()
+        self.clock = DecodeClock()
         self.lag_s: collections.deque[float] = collections.deque(maxlen=200_000)
         self.events_sent = 0
+        self.blocked_sends = 0
         self._t0 = time.monotonic()
         self._cpu0 = resource.getrusage(resource.RUSAGE_SELF)
 
@@ -266,6 +374,7 @@ class Engine:
         wall_s = time.monotonic() - self._t0
         return {
             "events_sent": self.events_sent,
+            "blocked_sends": self.blocked_sends,
             "lag_p50_s": pct(0.50),
             "lag_p99_s": pct(0.99),
             "lag_samples": len(lags),
@@ -560,35 +669,33 @@ class SimApp:
                     )
                 except TimeoutError:
                     pass
-            first = True
-            chunk = self._content_chunk_encoder(req, created)
-            for token in tokens:
-                if stream.ending is not None or disconnected.is_set():
-                    break
-                if fault and sent_tokens == fault.after_tokens:
-                    if fault.kind == "error_event":
-                        err = {"message": "injected engine error", "type": "InternalServerError"}
-                        err.update(param=None, code=500)
-                        await emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
-                        await emit(b"data: [DONE]\n\n")
-                        return
-                    if fault.kind == "stall":
-                        await stream.woken.wait()
-                        break
-                    if fault.kind == "crash":
-                        os._exit(3)
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    await engine.ticker.until(next_at)
-                engine.lag_s.append(time.monotonic() - next_at)
-                await send({"type": "http.response.body", "body": chunk(token), "more_body": True})
-                engine.events_sent += 1
-                sent_tokens += 1
-                metrics.generation_tokens += 1
-                if first:
-                    metrics.ttft.observe(time.monotonic() - t_start)
-                    first = False
-                next_at += self._gap_s()
+            decode = Decode(
+                self, stream, send, self._content_chunk_encoder(req, created), tokens, disconnected
+            )
+            decode.next_at = next_at
+            decode.on_first = lambda: metrics.ttft.observe(time.monotonic() - t_start)
+            # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
+            midstream = (
+                fault is not None
+                and fault.kind != "http_error"
+                and fault.after_tokens < len(tokens)
+            )
+            await decode.run(fault.after_tokens if midstream else len(tokens))
+            sent_tokens = decode.sent
+            if midstream and sent_tokens == fault.after_tokens and not decode.over():
+                if fault.kind == "error_event":
+                    err = {"message": "injected engine error", "type": "InternalServerError"}
+                    err.update(param=None, code=500)
+                    await emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+                    await emit(b"data: [DONE]\n\n")
+                    return
+                if fault.kind == "stall":
+                    await stream.woken.wait()
+                if fault.kind == "crash":
+                    os._exit(3)
+                if stream.ending is None and not disconnected.is_set():
+                    await decode.run(len(tokens))
+                    sent_tokens = decode.sent
             if disconnected.is_set():
                 metrics.success("abort")
                 return
