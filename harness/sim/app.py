@@ -190,12 +190,15 @@ class Decode:
         chunk: Callable[[str], bytes],
         tokens: list[str],
         disconnected: asyncio.Event,
+        *,
+        first_at: float,
+        on_first: Callable[[], None],
     ):
         self.engine, self.app, self.stream, self.send = app.engine, app, stream, send
         self.chunk, self.tokens, self.disconnected = chunk, tokens, disconnected
         self.sent = self.stop = 0
-        self.next_at = 0.0
-        self.on_first: Callable[[], None] | None = None
+        self.next_at = first_at
+        self.on_first: Callable[[], None] | None = on_first
         self._waiter: asyncio.Future | None = None
 
     def over(self) -> bool:
@@ -670,10 +673,15 @@ class SimApp:
                 except TimeoutError:
                     pass
             decode = Decode(
-                self, stream, send, self._content_chunk_encoder(req, created), tokens, disconnected
+                self,
+                stream,
+                send,
+                self._content_chunk_encoder(req, created),
+                tokens,
+                disconnected,
+                first_at=next_at,
+                on_first=lambda: metrics.ttft.observe(time.monotonic() - t_start),
             )
-            decode.next_at = next_at
-            decode.on_first = lambda: metrics.ttft.observe(time.monotonic() - t_start)
             # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
             midstream = (
                 fault is not None
@@ -690,12 +698,9 @@ class SimApp:
                     await emit(b"data: [DONE]\n\n")
                     return
                 if fault.kind == "stall":
-                    await stream.woken.wait()
+                    await stream.woken.wait()  # until shutdown ends it or the client leaves
                 if fault.kind == "crash":
                     os._exit(3)
-                if stream.ending is None and not disconnected.is_set():
-                    await decode.run(len(tokens))
-                    sent_tokens = decode.sent
             if disconnected.is_set():
                 metrics.success("abort")
                 return
