@@ -27,6 +27,7 @@ from harness.client import chat_payload, make_client, new_request_id, stream_req
 from harness.config import build
 from harness.proc import pid_alive
 from harness.streams import StreamRecord, Thresholds
+from harness.streams.summary import quantile_of_sorted
 from loadgen.settings import LoadSettings, draw, prompt_text
 
 RUNTIME = json.loads(Path(os.environ["ROLLCHECK_LOAD_CONFIG"]).read_text())
@@ -118,7 +119,7 @@ def _pcts(values: list[float]) -> dict:
     if not values:
         return {"p50_s": None, "p99_s": None, "n": 0}
     s = sorted(values[-20000:])
-    return {"p50_s": s[len(s) // 2], "p99_s": s[min(len(s) - 1, int(0.99 * len(s)))], "n": len(s)}
+    return {"p50_s": quantile_of_sorted(s, 0.5), "p99_s": quantile_of_sorted(s, 0.99), "n": len(s)}
 
 
 STATE: WorkerState | None = None

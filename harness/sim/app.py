@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from harness.sim import text
 from harness.sim.settings import FAULT_KINDS, SimSettings
+from harness.streams.summary import quantile_of_sorted
 
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]
@@ -368,18 +369,14 @@ class Engine:
 
     def stats(self) -> dict:
         lags = sorted(self.lag_s)
-
-        def pct(p: float) -> float | None:
-            return lags[min(len(lags) - 1, int(p * len(lags)))] if lags else None
-
         ru = resource.getrusage(resource.RUSAGE_SELF)
         cpu_s = ru.ru_utime + ru.ru_stime - self._cpu0.ru_utime - self._cpu0.ru_stime
         wall_s = time.monotonic() - self._t0
         return {
             "events_sent": self.events_sent,
             "blocked_sends": self.blocked_sends,
-            "lag_p50_s": pct(0.50),
-            "lag_p99_s": pct(0.99),
+            "lag_p50_s": quantile_of_sorted(lags, 0.50),
+            "lag_p99_s": quantile_of_sorted(lags, 0.99),
             "lag_samples": len(lags),
             "cpu_s": cpu_s,
             "wall_s": wall_s,

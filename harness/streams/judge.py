@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from harness.streams.record import Outcome, StreamRecord
 from harness.streams.sse import SSEEvent, SSEParser
+from harness.streams.summary import quantile_of_sorted
 
 # vLLM's normal ends, plus the two other ends OpenAI-compatible servers use.
 NORMAL_FINISH = frozenset(
@@ -42,12 +43,6 @@ class Thresholds:
     stall_timeout_s: float = 30.0
     ttft_slo_s: float | None = None
     itl_slo_s: float | None = None
-
-
-def _pct(sorted_values: list[float], p: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))]
 
 
 class StreamObserver:
@@ -181,8 +176,8 @@ class StreamObserver:
             tokens=self.tokens,
             usage=self.usage,
             itl_max_s=gaps[-1] if gaps else None,
-            itl_p50_s=_pct(gaps, 0.5),
-            itl_p99_s=_pct(gaps, 0.99),
+            itl_p50_s=quantile_of_sorted(gaps, 0.5),
+            itl_p99_s=quantile_of_sorted(gaps, 0.99),
             response_id=self.response_id,
             model=self.model,
             system_fingerprint=self.fingerprint,
@@ -190,8 +185,8 @@ class StreamObserver:
             events=self.events,
             comments=self.comments,
             bytes=self.bytes,
-            skew_p50_s=_pct(skews, 0.5),
-            skew_p99_s=_pct(skews, 0.99),
+            skew_p50_s=quantile_of_sorted(skews, 0.5),
+            skew_p99_s=quantile_of_sorted(skews, 0.99),
         )
 
     def _classify(self, end: End) -> Outcome:

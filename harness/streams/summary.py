@@ -18,6 +18,17 @@ def count_flags(records: Iterable[StreamRecord]) -> dict[str, int]:
     return {f: counts.get(f, 0) for f in FLAGS}
 
 
+def quantile_of_sorted(ordered: Sequence[float], q: float) -> float | None:
+    """The value at index int(q * n) of values sorted already, q in [0, 1].
+
+    For figures computed on every record or scrape, where the caller sorts once and
+    reads several quantiles; percentile() below is the nearest-rank report figure.
+    """
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def percentile(values: Sequence[float], p: float) -> float | None:
     """Nearest-rank percentile, p in [0, 100]."""
     if not values:
