@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import tempfile
 import time
 
 import httpx
 
 from harness.load import LoadRun
-from harness.proc import free_port, start_sim, stop_group, wait_http
+from harness.proc import free_port, running_sim
 from harness.sim.settings import SimSettings
 from harness.streams import Thresholds
 from harness.streams.summary import percentile
@@ -104,10 +103,7 @@ def main() -> None:
     settings = SimSettings(
         port=free_port(), ttft_s=0.01, itl_s=0.02, max_num_seqs=4096, send_timestamps=True
     )
-    proc = start_sim(settings)
-    url = f"http://127.0.0.1:{settings.port}"
-    try:
-        wait_http(url + "/health", proc=proc)
+    with running_sim(settings) as url:
         print(
             f"{'client':<18}{'streams':>8}{'events/s':>10}{'skew p50 ms':>13}{'skew p99 ms':>13}{'ratio':>7}"
         )
@@ -124,8 +120,6 @@ def main() -> None:
                     f"{f'locust {workers} worker':<18}{n:>8}{r['events_per_s']:>10.0f}"
                     f"{r['skew_p50_ms']:>13.2f}{r['skew_p99_ms']:>13.2f}{ratio:>7.2f}"
                 )
-    finally:
-        stop_group(proc, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import time
 
 import httpx
 
 from benchmarks.rawload import run_streams
-from harness.proc import free_port, start_sim, stop_group, wait_http
+from harness.proc import free_port, running_sim
 from harness.sim.settings import SimSettings
 
 
@@ -60,10 +59,7 @@ def main() -> None:
     ap.add_argument("--lag-goal-ms", type=float, default=5.0)
     args = ap.parse_args()
     settings = SimSettings(port=free_port(), ttft_s=0.01, itl_s=args.itl_s, max_num_seqs=4096)
-    proc = start_sim(settings)
-    url = f"http://127.0.0.1:{settings.port}"
-    try:
-        wait_http(url + "/health", proc=proc)
+    with running_sim(settings) as url:
         held = None
         print(f"{'streams':>8} {'events/s':>10} {'lag p50 ms':>11} {'lag p99 ms':>11} {'CPU%':>6}")
         for level in (int(x) for x in args.levels.split(",")):
@@ -85,8 +81,6 @@ def main() -> None:
             print(f"largest load under {args.lag_goal_ms} ms p99 lag in every run: {held} streams")
         else:
             print(f"no level held p99 lag under {args.lag_goal_ms} ms in every run")
-    finally:
-        stop_group(proc, signal.SIGKILL)
 
 
 if __name__ == "__main__":

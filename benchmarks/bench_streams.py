@@ -12,13 +12,12 @@ from gevent import monkey
 monkey.patch_all()
 
 import json  # noqa: E402
-import signal  # noqa: E402
 import time  # noqa: E402
 
 import gevent.pool  # noqa: E402
 
 from harness.client import chat_payload, make_client, stream_request  # noqa: E402
-from harness.proc import free_port, start_sim, stop_group, wait_http  # noqa: E402
+from harness.proc import free_port, running_sim  # noqa: E402
 from harness.sim.settings import SimSettings  # noqa: E402
 from harness.streams import End, StreamObserver, Thresholds  # noqa: E402
 from harness.streams.summary import percentile  # noqa: E402
@@ -79,10 +78,7 @@ def main() -> None:
     settings = SimSettings(
         port=free_port(), ttft_s=0.01, itl_s=0.02, max_num_seqs=4096, send_timestamps=True
     )
-    proc = start_sim(settings)
-    base = f"http://127.0.0.1:{settings.port}"
-    try:
-        wait_http(base + "/health", proc=proc)
+    with running_sim(settings) as base:
         print(
             f"{'streams':>8} {'complete':>9} {'skew p50 ms':>12} {'skew p99 ms':>12} {'events/s':>9}"
         )
@@ -92,8 +88,6 @@ def main() -> None:
                 f"{r['streams']:>8} {r['complete']:>9} {r['skew_p50_ms']:>12.2f} "
                 f"{r['skew_p99_ms']:>12.2f} {r['events_per_s']:>9.0f}"
             )
-    finally:
-        stop_group(proc, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,6 +32,18 @@ def start_sim(settings: SimSettings, **popen) -> subprocess.Popen:
     """Start `rollcheck sim` in its own process group (so it can be stopped whole)."""
     settings.validate()
     return subprocess.Popen(sim_command(settings), start_new_session=True, **popen)
+
+
+@contextlib.contextmanager
+def running_sim(settings: SimSettings) -> Iterator[str]:
+    """A simulator answering /health, yielded as its URL; its group is killed on exit."""
+    proc = start_sim(settings)
+    url = f"http://{settings.host}:{settings.port}"
+    try:
+        wait_http(url + "/health", proc=proc)
+        yield url
+    finally:
+        stop_group(proc, signal.SIGKILL)
 
 
 def wait_http(url: str, timeout_s: float = 15.0, proc: subprocess.Popen | None = None) -> None:
