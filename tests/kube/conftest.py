@@ -129,6 +129,21 @@ def apply(kube_local, namespace: str, objs: list[dict]) -> None:
         utils.create_from_dict(kube_local.api, obj, namespace=namespace)
 
 
+def wait_pdb_healthy(kube_local, namespace: str, n: int) -> None:
+    """Wait until the PodDisruptionBudget counts n healthy pods (it lags the pods)."""
+    policy = client.PolicyV1Api(kube_local.api)
+    wait_for(
+        lambda: (
+            policy.read_namespaced_pod_disruption_budget(
+                "rollcheck-sim", namespace
+            ).status.current_healthy
+            == n
+        ),
+        30,
+        f"the PDB to count {n} healthy pods",
+    )
+
+
 def ready_pods(kube_local, namespace: str) -> list:
     core = client.CoreV1Api(kube_local.api)
     return [

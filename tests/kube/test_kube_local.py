@@ -10,7 +10,14 @@ from kubernetes import client
 
 from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Thresholds
-from tests.kube.conftest import apply, is_ready, ready_pods, sim_objects, wait_for
+from tests.kube.conftest import (
+    apply,
+    is_ready,
+    ready_pods,
+    sim_objects,
+    wait_for,
+    wait_pdb_healthy,
+)
 
 
 def test_api_answers_and_nodes_are_ready(kube_local):
@@ -117,17 +124,7 @@ def test_rollout_follows_max_surge_and_max_unavailable(kube_local, namespace):
 def test_eviction_that_breaks_the_pdb_gets_429(kube_local, namespace):
     apply(kube_local, namespace, sim_objects(replicas=2, pdb_min=2))
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "2 ready pods")
-    policy = client.PolicyV1Api(kube_local.api)
-    wait_for(
-        lambda: (
-            policy.read_namespaced_pod_disruption_budget(
-                "rollcheck-sim", namespace
-            ).status.current_healthy
-            == 2
-        ),
-        30,
-        "the PDB to count healthy pods",
-    )
+    wait_pdb_healthy(kube_local, namespace, 2)
     pod = ready_pods(kube_local, namespace)[0].metadata.name
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
     with pytest.raises(client.ApiException) as exc:

@@ -15,7 +15,7 @@ from harness.cluster import TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
 from harness.cluster.local.controller import EvictionRefused
-from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for
+from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for, wait_pdb_healthy
 from tests.scenario_runs import run_scenarios
 
 
@@ -154,17 +154,7 @@ def test_dry_run_takes_no_action(kube_local, namespace, deployed, tmp_path, caps
 
 def test_eviction_retries_while_the_pdb_refuses(kube_local, namespace, deployed, tmp_path):
     deployed(pdb_min=2)
-    policy = client.PolicyV1Api(kube_local.api)
-    wait_for(
-        lambda: (
-            policy.read_namespaced_pod_disruption_budget(
-                "rollcheck-sim", namespace
-            ).status.current_healthy
-            == 2
-        ),
-        30,
-        "the PDB status",
-    )
+    wait_pdb_healthy(kube_local, namespace, 2)
     t = target_for(kube_local, namespace, tmp_path)
     t.start()
     wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
