@@ -111,6 +111,7 @@ def namespace(kube_local):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(lambda: _has_default_sa(core, name), 30, "the default service account")
     yield name
+    kube_local.stop_ingresses(name)
     core.delete_namespace(name)  # its pods terminate and free their GPUs
 
 

@@ -163,13 +163,22 @@ class KubeLocal:
             self.api,
             namespace,
             service,
-            self.run_dir / f"ingress-{service}",
+            # Its own folder: nginx.conf, the upstream files and nginx.pid are per ingress.
+            # One shared by same-named Services let a stale ingress rewrite and reload
+            # another's upstreams.
+            self.run_dir / f"ingress-{namespace}-{service}",
             self.events,
             self.net,
             delay_s,
         )
         self.ingresses.append(ing.start())
         return ing
+
+    def stop_ingresses(self, namespace: str) -> None:
+        """Stop the ingresses serving a namespace (before it is deleted)."""
+        for ing in [i for i in self.ingresses if i.namespace == namespace]:
+            ing.stop()
+            self.ingresses.remove(ing)
 
     def stop(self) -> None:
         for ing in self.ingresses:
