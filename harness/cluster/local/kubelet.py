@@ -94,6 +94,9 @@ class PodRunner(threading.Thread):
             self._grace_s = grace_s
         self.terminating = True
         self.deletion_started = time.time()
+        # The grace period runs from the deletion, not from when this pod's thread
+        # next looks (as the Kubernetes target stamps it: the deletionTimestamp).
+        self.emit("terminating", grace_s=self._grace_s)
         self._set_ready(False, "deleted")
         self._deletion.set()
 
@@ -246,9 +249,7 @@ class PodRunner(threading.Thread):
 
     def _terminate(self) -> None:
         self.phase = "Terminating"
-        started = self.deletion_started or time.time()
-        self.emit("terminating", grace_s=self._grace_s)
-        self._stop_container(started + self._grace_s)
+        self._stop_container(self.deletion_started + self._grace_s)
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:
