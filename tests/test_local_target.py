@@ -15,7 +15,9 @@ import pytest
 from harness.cluster import TargetError
 from harness.cluster.config import load_config
 from harness.cluster.local import EvictionRefused, LocalTarget
+from harness.cluster.local.gateway import Nginx
 from harness.gateway import read_access_log
+from harness.proc import free_port
 
 FAST = [
     "engine.startup_s=0",
@@ -113,6 +115,28 @@ def test_gateway_learns_of_removal_only_after_the_delay(target_factory):
     access, _ = read_access_log(t.gateway_logs()[0])
     to_victim = [a for a in access if a.request_id in rids and a.upstream_addr == victim.address]
     assert to_victim, "the gateway kept routing to the pod until it learned of the removal"
+
+
+def test_a_request_right_after_an_endpoint_change_uses_the_new_routes(sim_factory, tmp_path):
+    # A reload starts new workers before the old ones stop accepting: the gateway
+    # counts a change applied only once no old worker can take a new connection.
+    a, b = sim_factory(model_version="route-a"), sim_factory(model_version="route-b")
+    gw = Nginx(tmp_path, free_port(), endpoint_delay_s=0, read_timeout_s=30)
+    gw.start()
+    try:
+        wrong = []
+        for i in range(12):
+            want = a if i % 2 == 0 else b
+            gw.set_endpoints([f"127.0.0.1:{want.settings.port}"])
+            while gw.applied != (f"127.0.0.1:{want.settings.port}",):
+                time.sleep(0.001)
+            got = httpx.get(gw.url + "/version", timeout=10)
+            expected = f"rollcheck-sim {want.settings.model_version}"
+            if got.status_code != 200 or got.json()["version"] != expected:
+                wrong.append((i, got.status_code, got.text))
+        assert wrong == []
+    finally:
+        gw.stop()
 
 
 def test_prestop_sigterm_and_sigkill_at_the_grace_deadline(target_factory):

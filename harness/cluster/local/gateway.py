@@ -104,8 +104,11 @@ class Nginx:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
+        # nginx writes its pid once it listens and handles signals (a SIGHUP before
+        # that kills it). `nginx -t` leaves an empty pid file: wait for the number.
+        pid_file = self.dir / "nginx.pid"
         deadline = time.monotonic() + 10
-        while not (self.dir / "nginx.pid").exists():
+        while not _read(pid_file).strip() == str(self.proc.pid):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 err = (self.dir / "stderr.log").read_text(errors="replace").strip()
                 raise GatewayError(
@@ -137,9 +140,31 @@ class Nginx:
                 self._pending.pop(0)
             if endpoints != self._applied:
                 self._write_routes(endpoints)
-                self.proc.send_signal(signal.SIGHUP)  # graceful reload: old workers finish streams
+                self._reload()
                 self._applied = endpoints
                 self.emit("gateway_updated", endpoints=list(endpoints))
+
+    def _reload(self, timeout_s: float = 5.0) -> None:
+        """Graceful reload (old workers finish their streams), returning once the new
+        routes are the only ones a new connection can reach.
+
+        After SIGHUP the master starts new workers and only then tells the old ones
+        to stop accepting; until an old worker has closed its listening socket, a new
+        connection can still land on it and its old routes (a 503 from a gateway
+        that already "has" the endpoint).
+        """
+        master = self.proc.pid
+        old = set(_children(master))
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            titles = {w: _cmdline(w) for w in _children(master)}
+            # nginx retitles a worker "... is shutting down" just before it closes its
+            # listening sockets.
+            still_accepting = [w for w, t in titles.items() if w in old and t.endswith("process")]
+            if any(w not in old for w in titles) and not still_accepting:
+                return
+            time.sleep(0.005)
 
     def _write_routes(self, endpoints: tuple[str, ...]) -> None:
         if endpoints:
@@ -206,3 +231,34 @@ http {{
             except ProcessLookupError:
                 pass
             self.proc.wait(5)
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of pid (nginx's workers, for its master)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: scan /proc
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+        return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""  # gone
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
