@@ -79,14 +79,14 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float 
 
 
 PID_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rollcheck" / "pids"
-# Process groups we may reap: their leader's command line names one of these.
+# Process groups we may reap: a process still in the group names one of these.
 OURS = (
-    b"harness.cli sim",
-    b"nginx",
-    b"etcd",
-    b"kube-apiserver",
-    b"kube-controller-manager",
-    b"kube-scheduler",
+    "harness.cli sim",
+    "nginx",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
 )
 
 
@@ -144,14 +144,33 @@ def pid_alive(pid: int) -> bool:
 def _ours(pgid: int) -> bool:
     """Whether any process still in the group is one of ours (pids get reused). The
     leader may be gone: nginx workers outlive a master killed on its own."""
+    return any(
+        fields[2] == str(pgid) and any(name in cmdline(pid) for name in OURS)
+        for pid, fields in processes()
+    )
+
+
+def processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process: (pid, its /proc stat fields after the name: state, ppid, pgrp, ...)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid:  # fields after the name: state, ppid, pgrp
-                continue
-            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
-        except (OSError, IndexError, ValueError):
+            yield int(stat.parent.name), stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if any(name in cmdline for name in OURS) or cmdline.startswith(b"nginx"):
-            return True
-    return False
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of pid."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: scan /proc
+        return [child for child, fields in processes() if fields[1] == str(pid)]
+
+
+def cmdline(pid: int) -> str:
+    """pid's command line, its arguments joined by spaces; "" once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from harness.cluster.local.kubelet import die_with_parent
+from harness.proc import children, cmdline
 
 # One JSON object per request: the fields that join a log line to a stream record.
 LOG_FORMAT = (
@@ -154,11 +155,11 @@ class Nginx:
         that already "has" the endpoint).
         """
         master = self.proc.pid
-        old = set(_children(master))
+        old = set(children(master))
         self.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None and time.monotonic() < deadline:
-            titles = {w: _cmdline(w) for w in _children(master)}
+            titles = {w: cmdline(w) for w in children(master)}
             # nginx retitles a worker "... is shutting down" just before it closes its
             # listening sockets.
             still_accepting = [w for w, t in titles.items() if w in old and t.endswith("process")]
@@ -233,32 +234,8 @@ http {{
             self.proc.wait(5)
 
 
-def _children(pid: int) -> list[int]:
-    """The live child processes of pid (nginx's workers, for its master)."""
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: scan /proc
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(stat.parent.name))
-        return found
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_text()
     except OSError:
         return ""
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""  # gone
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
