@@ -128,7 +128,9 @@ def test_a_request_right_after_an_endpoint_change_uses_the_new_routes(sim_factor
         for i in range(12):
             want = a if i % 2 == 0 else b
             gw.set_endpoints([f"127.0.0.1:{want.settings.port}"])
+            deadline = time.monotonic() + 10
             while gw.applied != (f"127.0.0.1:{want.settings.port}",):
+                assert time.monotonic() < deadline, f"switch {i} was never applied"
                 time.sleep(0.001)
             got = httpx.get(gw.url + "/version", timeout=10)
             expected = f"rollcheck-sim {want.settings.model_version}"
