@@ -116,9 +116,21 @@ def parse_error_line(line: str) -> ErrorLine | None:
     return ErrorLine(t, m["level"], int(m["conn"]) if m["conn"] else None, m["message"], upstream)
 
 
-def read_access_log(path: Path) -> tuple[list[GatewayLine], int]:
-    """Lines in either format, and how many lines could not be parsed."""
-    lines, bad = [], 0
+@dataclass
+class Unparsed:
+    """Access-log lines in no known format: counted, never dropped silently."""
+
+    count: int = 0
+    first: str | None = None
+
+    def add(self, line: str) -> None:
+        self.count += 1
+        self.first = self.first or line[:300]
+
+
+def read_access_log(path: Path | None) -> tuple[list[GatewayLine], Unparsed]:
+    """Lines in either format, and the lines that matched neither."""
+    lines, bad = [], Unparsed()
     if not path or not Path(path).exists():
         return lines, bad
     for raw in Path(path).read_text(errors="replace").splitlines():
@@ -131,11 +143,11 @@ def read_access_log(path: Path) -> tuple[list[GatewayLine], int]:
                 else parse_upstreaminfo_line(raw)
             )
         except (ValueError, KeyError):
-            bad += 1
+            bad.add(raw)
     return lines, bad
 
 
-def read_error_log(path: Path) -> list[ErrorLine]:
+def read_error_log(path: Path | None) -> list[ErrorLine]:
     if not path or not Path(path).exists():
         return []
     out = []
@@ -146,18 +158,32 @@ def read_error_log(path: Path) -> list[ErrorLine]:
     return out
 
 
-def attach_errors(access: list[GatewayLine], errors: list[ErrorLine]) -> None:
-    """Join each error line to the access line on the same connection at that time."""
+def attach_errors(access: list[GatewayLine], errors: list[ErrorLine]) -> list[ErrorLine]:
+    """Join each error line to the access line it belongs to; return the joined ones.
+
+    nginx's error log names the connection (`*N`): joined on it where the access
+    format logs `$connection`. ingress-nginx's `upstreaminfo` has no connection
+    number, so there an error line joins the line with the same upstream address
+    whose request was open at that time (the error log has one-second resolution).
+    """
     by_conn: dict[int, list[GatewayLine]] = {}
+    by_upstream: dict[str, list[GatewayLine]] = {}
     for line in access:
         if line.connection is not None:
             by_conn.setdefault(line.connection, []).append(line)
+        elif line.upstream_addr:
+            by_upstream.setdefault(line.upstream_addr, []).append(line)
+    joined = []
     for err in errors:
-        candidates = by_conn.get(err.connection, [])
-        # the error log has one-second resolution
+        if err.connection is not None and err.connection in by_conn:
+            candidates = by_conn[err.connection]
+        else:
+            candidates = by_upstream.get(err.upstream or "", [])
         hits = [a for a in candidates if a.start_t - 1 <= err.t <= a.end_t + 1]
         if hits:
             min(hits, key=lambda a: abs(a.end_t - err.t)).errors.append(err.message)
+            joined.append(err)
+    return joined
 
 
 def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:

@@ -157,6 +157,12 @@ class LoadRun:
             lambda st: st and st.get("in_flight", 0) >= n, timeout_s, f"{n} streams in flight"
         )
 
+    def wait_until_step(self, timeout_s: float) -> float:
+        """When the step shape's load step happened (epoch seconds, Locust's own clock)."""
+        return self._wait(lambda st: st and st.get("step_at"), timeout_s, "the load step")[
+            "step_at"
+        ]
+
     def wait_until_sent(self, n: int, timeout_s: float = 30.0) -> None:
         self._wait(lambda st: st and st.get("sent", 0) >= n, timeout_s, f"{n} requests sent")
 

@@ -12,6 +12,7 @@ from harness.checks import check_accounting, check_all_complete, check_ttft_slo
 from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Outcome, StreamRecord, Thresholds, write_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
+from harness.verdict import verdict
 
 
 def run_probe(
@@ -59,7 +60,7 @@ def run_probe(
     summary = {
         "scenario": "probe",
         "target": base_url,
-        "verdict": "pass" if all(c.passed for c in checks) else "fail",
+        "verdict": verdict(checks),
         "requests": len(records),
         "outcomes": outcomes,
         "flags": count_flags(records),
@@ -85,7 +86,9 @@ def format_table(summary: dict) -> str:
     if lat["n"]:
         lines.append(f"  TTFT p50 {lat['p50']:.3f} s  p99 {lat['p99']:.3f} s")
     for check in summary["checks"]:
-        if not check["passed"]:
+        if check["status"] == "inconclusive":
+            lines.append(f"  INCONCLUSIVE {check['name']}: {check['reason']}")
+        elif check["status"] == "fail":
             lines.append(f"  FAILED {check['name']}: observed {check['observed']}")
             if check["hint"]:
                 lines.append(f"    hint: {check['hint']}")

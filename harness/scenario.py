@@ -16,20 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import checks as C
+from harness import verdict as V
 from harness.cluster import Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
 from harness.gateway import attach_errors, read_access_log, read_error_log
-from harness.load import LoadRun
-from harness.plan import hpa_desired, plan_rollout
+from harness.load import LoadError, LoadRun
+from harness.plan import hpa_desired
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time
 
-Check = Callable[[C.RunData], C.CheckResult]
-STARTUP_OVERHEAD_S = 1.0  # process start and the first probes, on top of engine.startup_s
+Check = Callable[[V.RunData], V.CheckResult]
 
 
 class ScenarioFailed(AssertionError):
-    """The verdict is fail; the message is the short, readable account."""
+    """The verdict is fail or inconclusive; the message is the short, readable account."""
 
 
 class DryRun(Exception):
@@ -42,10 +42,10 @@ class Scenario:
         self.run_dir = Path(run_dir)
         self.load: LoadRun | None = None
         self.victims: list[str] = []
+        self.victim_in_flight: dict[str, int] = {}
         self.t_recovered: float | None = None
-        self.predicted_rollout_s: float | None = None
+        self.t_start: float | None = None
         self.summary: dict | None = None
-        self._load_started = 0.0
         self._health_stop = threading.Event()
         self._health_thread: threading.Thread | None = None
 
@@ -67,12 +67,15 @@ class Scenario:
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
         self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
         self.load.preflight()
+        self.t_start = time.time()
         self.load.start()
-        self._load_started = time.monotonic()
         self._sleep(self.cfg.scenario.warmup_s)
         n = self.cfg.scenario.in_flight if in_flight is None else in_flight
         if n:
-            self.load.wait_until_in_flight(n, timeout_s=60)
+            try:
+                self.load.wait_until_in_flight(n, timeout_s=self.cfg.scenario.steady_state_s)
+            except LoadError as exc:
+                self.inconclusive(f"steady state not reached: {exc}")
         self.target.action("steady_state", in_flight=self.load.counts()["in_flight"])
 
     def prepare_replicas(self, n: int) -> None:
@@ -82,23 +85,38 @@ class Scenario:
         self.t_recovered = None
 
     def busiest_pod(self):
-        """The ready pod with the most streams in flight: the one to disturb."""
+        """The ready pod with the most streams in flight by its engine's own metrics: the
+        one to disturb. If no pod reaches scenario.in_flight in time, the run is
+        inconclusive: there would be nothing in flight to judge."""
         if self.dry_run:
             return self.target.ready_pods()[0]
-        return self.target.busiest_pod(self.cfg.scenario.in_flight, timeout_s=60)
+        n = self.cfg.scenario.in_flight
+        try:
+            return self.target.busiest_pod(n, timeout_s=self.cfg.scenario.steady_state_s)
+        except TargetError as exc:
+            self.inconclusive(
+                f"steady state not reached: no pod's engine metrics showed {n} streams running "
+                f"({exc})"
+            )
 
     def disturb(self, *pods: str) -> None:
-        """Name the pods the disruption is aimed at (for the in-flight checks)."""
+        """Name the pods the disruption is aimed at, and read how many streams each is
+        running by its engine's metrics (the evidence when streams cannot be traced)."""
         self.victims = list(pods)
+        if not self.dry_run:
+            self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
         if self.dry_run:
             self.target.action("load_step", users=self.cfg.scenario.step_users)
             return
-        at = self._load_started + self.load.settings.step_at_s
-        self._sleep(max(0.0, at - time.monotonic()))
-        self.target.action("load_step", users=self.load.settings.step_users)
+        step_at = self.load.wait_until_step(
+            self.load.settings.step_at_s + self.cfg.scenario.steady_state_s
+        )
+        # stamped when Locust stepped, not when this thread noticed: the step's first
+        # requests belong to the disruption
+        self.target.action("load_step", users=self.load.settings.step_users, t=step_at)
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
         """Poll the pod's /health in the background until judged (drain behaviour)."""
@@ -123,23 +141,9 @@ class Scenario:
     def step_users(self) -> int:
         return self.cfg.scenario.step_users
 
-    def predict_rollout(self, max_surge: str, max_unavailable: str) -> None:
-        """The planner's rollout time for these settings, for the rollout_duration check."""
-        surge, unavailable = Strategy(max_surge, max_unavailable).resolve(self.cfg.replicas)
-        e, pod = self.cfg.engine, self.cfg.pod
-        ready_s = e.startup_s + STARTUP_OVERHEAD_S
-        longest = max(s.tokens for s in self.cfg.load.max_tokens) * e.itl_s
-        drain_s = pod.prestop_s + min(longest, e.shutdown_timeout_s)
-        plan = plan_rollout(
-            self.cfg.replicas,
-            ready_s,
-            drain_s,
-            surge,
-            unavailable,
-            gpu_bound=self.cfg.strategy.gpu_bound,
-            step_s=0.1,
-        )
-        self.predicted_rollout_s = plan.duration_s
+    def resolve_strategy(self, max_surge: str, max_unavailable: str) -> tuple[int, int]:
+        """maxSurge and maxUnavailable as pod counts for this run's replicas."""
+        return Strategy(max_surge, max_unavailable).resolve(self.cfg.replicas)
 
     def autoscale_for_step(self) -> int:
         """React to the load step as an HPA on in-flight requests per replica would."""
@@ -184,9 +188,10 @@ class Scenario:
         except TargetError:
             return False
 
-    def cool_down(self) -> None:
+    def cool_down(self, seconds: float | None = None) -> None:
+        """Keep the load running after recovery (scenario.cool_down_s by default)."""
         if not self.dry_run:
-            self._sleep(self.cfg.scenario.cool_down_s)
+            self._sleep(self.cfg.scenario.cool_down_s if seconds is None else seconds)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -196,9 +201,29 @@ class Scenario:
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # --- judge ---------------------------------------------------------------------
-    def judge(self, *checks: Check) -> dict:
-        """Stop the load, join the three views of each request, run the checks,
-        write the run folder; raise ScenarioFailed with a short account if any fail."""
+    def inconclusive(self, reason: str):
+        """End the scenario without a verdict of pass or fail: write the run folder with
+        the reason, and raise ScenarioFailed with the INCONCLUSIVE account."""
+        expected = f"{self.cfg.scenario.in_flight} streams in flight"
+        result = V.inconclusive("steady_state", expected, reason)
+        self.judge(lambda d: result, shared=False)
+        raise AssertionError("unreachable: judge raises for an inconclusive verdict")
+
+    def judge(
+        self,
+        *checks: Check,
+        expect_broken_on_victims: bool = False,
+        shared: bool = True,
+        slo_required: tuple[str, ...] = ("during",),
+        slo_phases: tuple[str, ...] = C.PHASES,
+    ) -> dict:
+        """Stop the load, join the three views of each request, run the shared stream
+        checks and the scenario's own, write the run folder; raise ScenarioFailed with a
+        short account unless the verdict is pass.
+
+        expect_broken_on_victims: the disturbed pods' own streams may break (pod_kill);
+        slo_required: the phases that must hold requests for the SLO budgets to be
+        evidence; slo_phases: the phases held to a budget."""
         self._health_stop.set()
         if self.dry_run:
             planned = [e.detail for e in self.target.events() if e.kind == "action"]
@@ -208,22 +233,22 @@ class Scenario:
                 f"(plan in {self.run_dir / 'plan.json'})"
             )
         result = self.load.stop()
-        time.sleep(0.2)  # nginx logs a request when the client's connection closes
-        events = self.target.events()
-        access_path, error_path = self.target.gateway_logs()
-        access, _ = read_access_log(access_path)
-        errors = read_error_log(error_path)
-        attach_errors(access, errors)
+        t_end = time.time()
         records = result.records
-        # Judge the load's requests only, not the harness's own polls through the gateway.
+        access_path, error_path = self.target.gateway_logs()
+        self._wait_gateway_logged(access_path, records)
+        events = self.target.events()
+        access, unparsed = read_access_log(access_path)
+        # Judge the load's requests only, not the harness's own polls through the gateway
+        # (nor another tenant's lines in a shared ingress log).
         ids = {r.request_id for r in records}
         access = [a for a in access if a.request_id in ids]
-        conns = {a.connection for a in access}
-        errors = [e for e in errors if e.connection is None or e.connection in conns]
+        errors = attach_errors(access, read_error_log(error_path))
         correlate(records, access, events)
         write_jsonl(records, self.run_dir / "records.jsonl")  # now with pod, version, gateway
         _, unavailable = self.cfg.strategy.resolve(self.cfg.replicas)
-        data = C.RunData(
+        slo = self.cfg.slo
+        data = V.RunData(
             records=records,
             events=events,
             access=access,
@@ -231,55 +256,54 @@ class Scenario:
             sent=result.sent,
             replicas=self.cfg.replicas,
             max_unavailable=unavailable,
-            stall_timeout_s=self.cfg.slo.stall_timeout_s,
-            ttft_slo_s=self.cfg.slo.ttft_s,
+            stall_timeout_s=slo.stall_timeout_s,
+            ttft_slo_s=slo.ttft_s,
+            itl_slo_s=slo.itl_s,
+            slo_budgets={"ttft": slo.ttft_budget.as_dict(), "itl": slo.itl_budget.as_dict()},
             t_act=disruption_time(events),
             t_recovered=self.t_recovered,
+            t_start=self.t_start,
+            t_end=t_end,
             victims=self.victims,
+            victim_in_flight=self.victim_in_flight,
             recovery_budget_s=self.cfg.scenario.recovery_s,
-            ttft_attainment=self.cfg.scenario.ttft_slo_attainment,
-            predicted_rollout_s=self.predicted_rollout_s,
+            gateway_logs=str(access_path) if access_path and Path(access_path).exists() else None,
+            unparsed_gateway_lines=unparsed.count,
+            first_unparsed_line=unparsed.first,
+            expect_broken_on_victims=expect_broken_on_victims,
+            outcome_total=result.outcome_total,
+            load_problems=list(result.problems),
         )
-        results = [C.check_accounting(result.sent, records, result.outcome_total)]
-        if result.problems:
-            results[0].passed = False
-            results[0].hint = "; ".join(result.problems)
-        results += [check(data) for check in checks]
+        everyone = [C.accounting]
+        if shared:
+            everyone += [
+                C.other_pods_untouched if expect_broken_on_victims else C.no_broken_streams,
+                C.no_hung_streams,
+                C.gateway_clean,
+                C.slo_budget_for("ttft", slo_required, slo_phases),
+                C.slo_budget_for("itl", slo_required, slo_phases),
+            ]
+        results = V.judge(data, [*everyone, *checks])
         from harness.report import write_run
 
         self.summary = write_run(self, data, results, result.status)
         if self.summary["verdict"] != "pass":
-            raise ScenarioFailed(failure_message(self.summary, data))
+            raise ScenarioFailed(V.failure_message(self.summary, data, breaking_event))
         return self.summary
 
+    def _wait_gateway_logged(self, access_path, records) -> None:
+        """nginx logs a request when its connection closes: wait (bounded) until the
+        last answered request of the run is in the access log."""
+        answered = [r for r in records if r.status is not None]
+        if not access_path or not answered:
+            return
+        last = max(answered, key=lambda r: r.ended_at).request_id
+        path = Path(access_path)
 
-def failure_message(summary: dict, data: C.RunData, listed: int = 5) -> str:
-    """The failed checks, outcome counts, the first offending requests and the hint."""
-    t0 = data.t_act or (min((r.sent_at for r in data.records), default=0.0))
-    by_id = {r.request_id: r for r in data.records}
-    lines = [f"{summary['scenario']} on {summary['target']}: verdict FAIL"]
-    counts = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items() if v)
-    lines.append(f"  outcomes: {counts or 'no requests'}")
-    for check in summary["checks"]:
-        if check["passed"]:
-            continue
-        lines.append(
-            f"  FAILED {check['name']}: observed {check['observed']}, expected {check['expected']}"
-        )
-        for rid in check["requests"][:listed]:
-            r = by_id.get(rid)
-            if r is None:
-                lines.append(f"    {rid}")
-                continue
-            ev = breaking_event(r, data.events)
-            cause = f"; {ev.kind} on {ev.pod} at {ev.t - t0:+.2f} s" if ev else ""
-            lines.append(
-                f"    {rid[:12]} {r.outcome:<13} pod {r.pod or '?'} ({r.version or '?'}) "
-                f"{r.sent_at - t0:+.2f} s .. {r.ended_at - t0:+.2f} s, {r.tokens} tokens{cause}"
-            )
-        if len(check["requests"]) > listed:
-            lines.append(f"    ... and {len(check['requests']) - listed} more")
-        if check["hint"]:
-            lines.append(f"    hint: {check['hint']}")
-    lines.append(f"  report: {summary.get('report')}")
-    return "\n".join(lines)
+        def logged() -> bool:
+            try:
+                return last in path.read_text(errors="replace")
+            except OSError:
+                return False
+
+        self.wait_for(logged, self.cfg.scenario.gateway_log_wait_s, "the gateway to log the run")

@@ -165,6 +165,7 @@ class Collector:
             "lost_workers": self.lost,
             "cpu_warning": cpu,
             "time": time.time(),
+            "step_at": STEP_AT[0] if STEP_AT else None,
         }
 
     def write_status(self) -> None:
@@ -309,6 +310,8 @@ class RateUser(User):
         raise StopUser()
 
 
+STEP_AT: list[float] = []  # when the load step happened (epoch): the scale-up's disruption
+
 if SETTINGS.shape == "step":
 
     class StepShape(LoadTestShape):
@@ -318,4 +321,6 @@ if SETTINGS.shape == "step":
             extra = 1 if SETTINGS.long_answer_user else 0
             if self.get_run_time() < SETTINGS.step_at_s:
                 return SETTINGS.users + extra, SETTINGS.spawn_rate
+            if not STEP_AT:
+                STEP_AT.append(time.time())
             return SETTINGS.step_users + extra, SETTINGS.spawn_rate

@@ -36,7 +36,7 @@ class LoadSettings:
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers
     external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
-    stop_timeout_s: float = 5.0  # at stop, users may finish their stream this long
+    stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
     seed: int = 0
 
     def validate(self) -> None:

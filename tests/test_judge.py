@@ -78,6 +78,16 @@ def test_cancelled_and_connect_error():
     assert judge_bytes(None, None, [], End.CANCELLED, 0.1).outcome == "cancelled"
 
 
+def test_cancelled_after_a_silence_longer_than_the_stall_timeout_is_hung():
+    th = Thresholds(stall_timeout_s=2.0)
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE)], End.CANCELLED, 5.0, th)
+    assert r.outcome == "hung"  # the harness cut a stream that was already dead
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE)], End.CANCELLED, 1.5, th)
+    assert r.outcome == "cancelled"  # a live stream, cut at the end of the run
+    r = judge_bytes(200, "text/event-stream", [], End.CANCELLED, 5.0, th)
+    assert r.outcome == "hung"  # headers and then nothing at all
+
+
 def test_record_jsonl_round_trip(tmp_path):
     from harness.streams import read_jsonl, write_jsonl
 

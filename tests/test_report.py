@@ -126,6 +126,10 @@ def test_redaction():
     cfg = {"kube": {"api_key": "sk-secret", "namespace": "x"}, "Authorization": "Bearer t"}
     out = json.dumps(redact(cfg))
     assert "sk-secret" not in out and "Bearer t" not in out and "namespace" in out
+    counts = {"engine": {"max_answer_tokens": 700, "prefill_s_per_1k_tokens": 0.1}, "token": "t"}
+    out = redact(counts)
+    assert out["engine"] == counts["engine"]  # counts of tokens are not credentials
+    assert out["token"] == "[redacted]"
 
 
 def test_report_command(tmp_path):

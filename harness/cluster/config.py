@@ -109,10 +109,36 @@ class Autoscaler:
 
 
 @dataclass
+class PhaseBudget:
+    """The share of requests allowed over an SLO, per phase of the scenario."""
+
+    before: float = 0.01
+    during: float = 0.05
+    after: float = 0.01
+
+    def validate(self) -> None:
+        for phase in ("before", "during", "after"):
+            value = getattr(self, phase)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{phase}: a budget is a share from 0 to 1, got {value}")
+
+    def as_dict(self) -> dict[str, float]:
+        return {"before": self.before, "during": self.during, "after": self.after}
+
+
+@dataclass
 class Slo:
     ttft_s: float = 2.0
     itl_s: float | None = None
-    stall_timeout_s: float = 10.0
+    stall_timeout_s: float = 10.0  # no data event for this long: the stream is hung
+    ttft_budget: PhaseBudget = field(default_factory=PhaseBudget)
+    itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
+
+    def validate(self) -> None:
+        for key in ("ttft_s", "itl_s", "stall_timeout_s"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ValueError(f"{key}: an SLO must be above zero, got {value}")
 
 
 @dataclass
@@ -120,8 +146,16 @@ class ScenarioTiming:
     warmup_s: float = 1.0  # steady load before acting
     in_flight: int = 2  # streams that must be running on the victim before acting
     cool_down_s: float = 2.0  # load after recovery
+    # scale_up: load after recovery; TTFT settles only once the replica that took the
+    # step has worked off its queue (a round-robin gateway keeps sending it a share)
+    step_cool_down_s: float = 6.0
     recovery_s: float = 30.0  # longest wait for the target to recover
-    ttft_slo_attainment: float = 0.9  # share of streams within the TTFT SLO after recovery
+    # longest wait for the steady state (streams in flight on the victim, by the harness's
+    # records and the engine's metrics); past it the run is inconclusive
+    steady_state_s: float = 60.0
+    # nginx logs a request when its connection closes: how long to wait for the run's
+    # last request to appear in the access log before judging
+    gateway_log_wait_s: float = 5.0
     kill_signal: str = "SIGKILL"  # pod_kill: SIGKILL (OOM, crash) or SIGSTOP (a frozen node)
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
@@ -176,6 +210,13 @@ class RunConfig:
     def validate(self) -> None:
         if self.replicas < 0 or self.nodes < 1:
             raise ValueError("replicas must be >= 0 and nodes >= 1")
+        if self.load.stop_timeout_s < self.slo.stall_timeout_s:
+            # a stream silent at stop must have had the time to be judged hung
+            raise ValueError(
+                f"load.stop_timeout_s ({self.load.stop_timeout_s:g}) is below "
+                f"slo.stall_timeout_s ({self.slo.stall_timeout_s:g}): raise load.stop_timeout_s "
+                "to at least the stall timeout"
+            )
 
 
 def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunConfig:

@@ -46,7 +46,8 @@ CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1180px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .verdict{display:inline-block;padding:3px 12px;border-radius:4px;color:#fff;font-weight:700}
-.pass{background:#2e7d32}.fail{background:#c62828}.na{background:#757575}
+.pass{background:#2e7d32}.fail{background:#c62828}.inconclusive{background:#ef6c00}.na{background:#757575}
+.goodput{font-size:18px;font-weight:600;margin-left:14px}
 table{border-collapse:collapse;margin:6px 0;font-size:13px} td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:left}
 th{background:#fafafa} .num{text-align:right;font-variant-numeric:tabular-nums}
 .hint{color:#6d4c41;margin:2px 0 10px 0} .muted{color:#777} svg{background:#fff;border:1px solid #eee}
@@ -92,6 +93,17 @@ def write_report(run_dir: Path) -> Path:
     return path
 
 
+def verdict_class(verdict: str) -> str:
+    return verdict if verdict in ("pass", "fail", "inconclusive") else "na"
+
+
+def goodput_text(summary: dict, phase: str = "all") -> str:
+    g = (summary.get("goodput") or {}).get(phase) or {}
+    if g.get("share") is None:
+        return "–"
+    return f"{g['share']:.1%} ({g['good']} of {g['requests']})"
+
+
 def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> str:
     t_act = summary.get("t_act")
     t0 = t_act or min((r.sent_at for r in records), default=min((e.t for e in events), default=0.0))
@@ -101,12 +113,18 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         f"<title>rollcheck {_e(summary.get('scenario'))}: {_e(verdict)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>{_e(summary.get('name') or summary.get('scenario'))} "
-        f"<span class='verdict {'pass' if verdict == 'pass' else 'fail' if verdict == 'fail' else 'na'}'>"
-        f"{_e(verdict.upper())}</span></h1>",
+        f"<span class='verdict {verdict_class(verdict)}'>{_e(verdict.upper())}</span>"
+        + (
+            f"<span class=goodput>goodput {_e(goodput_text(summary))}</span>"
+            if summary.get("goodput")
+            else ""
+        )
+        + "</h1>",
         f"<div class=muted>scenario {_e(summary.get('scenario'))} · target {_e(summary.get('target'))}"
         f" · {summary.get('requests', 0)} requests · times are seconds from the disruption</div>",
         _actions(events, t0),
         _failed_checks(summary),
+        _evidence(summary),
         _lint_section(summary.get("lint") or []),
         _outcome_table(summary),
         "<h2>Timeline</h2>",
@@ -117,6 +135,8 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _rollout_table(summary),
         "<h2>Streams that did not complete</h2>",
         _broken_table(records, events, t0),
+        "<h2>Goodput and SLOs before, during and after</h2>",
+        _goodput_table(summary),
         "<h2>Latency before, during and after</h2>",
         _latency_table(summary.get("latency") or {}),
         "<h2>Gateway</h2>",
@@ -144,15 +164,68 @@ def _actions(events: list[Event], t0: float) -> str:
 
 
 def _failed_checks(summary: dict) -> str:
-    failed = [c for c in summary.get("checks", []) if not c["passed"]]
-    if not failed:
-        return "<h2>Checks</h2><p>Every check passed.</p>" if summary.get("checks") else ""
-    items = "".join(
-        f"<li><b>{_e(c['name'])}</b>: observed {_e(c['observed'])}, expected {_e(c['expected'])}"
-        f"{'<div class=hint>hint: ' + _e(c['hint']) + '</div>' if c.get('hint') else ''}</li>"
-        for c in failed
+    checks = summary.get("checks", [])
+    failed = [c for c in checks if c.get("status", "pass" if c["passed"] else "fail") == "fail"]
+    unsure = [c for c in checks if c.get("status") == "inconclusive"]
+    if not failed and not unsure:
+        return "<h2>Checks</h2><p>Every check passed.</p>" if checks else ""
+    out = ""
+    if failed:
+        items = "".join(
+            f"<li><b>{_e(c['name'])}</b>: observed {_e(c['observed'])}, expected "
+            f"{_e(c['expected'])} <span class=muted>({_e(c.get('population'))})</span>"
+            f"{'<div class=hint>hint: ' + _e(c['hint']) + '</div>' if c.get('hint') else ''}</li>"
+            for c in failed
+        )
+        out += f"<h2>Failed checks</h2><ul>{items}</ul>"
+    if unsure:
+        items = "".join(
+            f"<li><b>{_e(c['name'])}</b>: INCONCLUSIVE: {_e(c.get('reason'))}</li>" for c in unsure
+        )
+        out += f"<h2>Inconclusive checks (no evidence, no pass)</h2><ul>{items}</ul>"
+    return out
+
+
+def _evidence(summary: dict) -> str:
+    """Attribution coverage, the gateway's unparsed lines and what /health said."""
+    att = summary.get("attribution")
+    if not att:
+        return ""
+    out = f"<h2>Evidence</h2><p>{_e(att['text'])}."
+    if att.get("gateway_logs") is None:
+        out += " No gateway logs were read: streams are judged by time and count, not by pod."
+    out += "</p>"
+    if att.get("first_unparsed_line"):
+        out += f"<p>First unparsed gateway line: <code>{_e(att['first_unparsed_line'])}</code></p>"
+    health = summary.get("health_during_drain")
+    if health:
+        answers = ", ".join(f"{n}x {k}" for k, n in sorted(health.items()))
+        out += f"<p>/health of the drained pod while it drained: {_e(answers)}</p>"
+    return out
+
+
+def _goodput_table(summary: dict) -> str:
+    sig, gp = summary.get("signals") or {}, summary.get("goodput") or {}
+    if not sig:
+        return "<p class=muted>No phases for this run.</p>"
+    slo = summary.get("slo") or {}
+    budgets = (slo.get("budgets") or {}).get("ttft") or {}
+    rows = "".join(
+        f"<tr><td>{_e(p)}</td><td class=num>{v['requests']}</td>"
+        f"<td class=num>{_e(goodput_text(summary, p) if gp.get(p) else '–')}</td>"
+        f"<td class=num>{v['ttft_slo_breach'] + v.get('no_first_token', 0)}</td>"
+        f"<td class=num>{budgets.get(p, 0):.0%}</td>"
+        f"<td class=num>{v['missing_done']}</td><td class=num>{v['truncated']}</td>"
+        f"<td class=num>{'–' if v['gateway_499'] is None else v['gateway_499']}</td></tr>"
+        for p, v in sig.items()
     )
-    return f"<h2>Failed checks</h2><ul>{items}</ul>"
+    return (
+        f"<p class=muted>TTFT SLO {_e(slo.get('ttft_s'))} s, ITL SLO {_e(slo.get('itl_s'))} s. "
+        "Goodput: completed within the SLOs. A request with no first token counts as a TTFT "
+        "breach.</p><table><tr><th>phase</th><th>requests</th><th>goodput</th>"
+        "<th>TTFT breaches</th><th>budget</th><th>missing [DONE]</th><th>truncated</th>"
+        f"<th>gateway 499</th></tr>{rows}</table>"
+    )
 
 
 def _lint_section(findings: list[dict]) -> str:
@@ -469,15 +542,20 @@ def _loadgen(lg: dict | None) -> str:
     return f"<p>{lg.get('workers', 0)} worker(s); send lag p99 {_fmt(lag)}; {warn}</p>"
 
 
+STATUS_MARK = {"pass": "✔", "fail": "✘", "inconclusive": "?", "skipped": "–"}
+
+
 def _all_checks(summary: dict) -> str:
     rows = "".join(
-        f"<tr><td>{'✔' if c['passed'] else '✘'}</td><td>{_e(c['name'])}</td><td>{_e(c['observed'])}</td>"
-        f"<td>{_e(c['expected'])}</td><td class=num>{len(c.get('requests', []))}</td></tr>"
+        f"<tr><td>{STATUS_MARK.get(c.get('status'), '✔' if c['passed'] else '✘')}</td>"
+        f"<td>{_e(c['name'])}</td><td>{_e(c['observed'])}</td><td>{_e(c['expected'])}</td>"
+        f"<td>{_e(c.get('reason') or c.get('population'))}</td>"
+        f"<td class=num>{len(c.get('requests', []))}</td></tr>"
         for c in summary.get("checks", [])
     )
     return (
-        "<table><tr><th></th><th>check</th><th>observed</th><th>expected</th><th>requests</th></tr>"
-        f"{rows}</table>"
+        "<table><tr><th></th><th>check</th><th>observed</th><th>expected</th>"
+        f"<th>population judged</th><th>requests</th></tr>{rows}</table>"
     )
 
 
@@ -502,28 +580,39 @@ def write_index(session_dir: Path) -> Path | None:
     rows = []
     for s in runs:
         broken = sum(v for k, v in s["outcomes"].items() if k not in ("complete", "cancelled"))
-        failed = ", ".join(c["name"] for c in s["checks"] if not c["passed"]) or "–"
+        failed = (
+            ", ".join(
+                c["name"] + (" (inconclusive)" if c.get("status") == "inconclusive" else "")
+                for c in s["checks"]
+                if c.get("status", "pass" if c["passed"] else "fail") in ("fail", "inconclusive")
+            )
+            or "–"
+        )
         v = s["verdict"]
         rows.append(
             f"<tr><td>{_e(s['scenario'])}</td><td><a href='{_e(s['_folder'])}/report.html'>"
             f"{_e(s.get('name') or s['_folder'])}</a></td>"
-            f"<td><span class='verdict {'pass' if v == 'pass' else 'fail'}'>{_e(v)}</span></td>"
+            f"<td><span class='verdict {verdict_class(v)}'>{_e(v.upper())}</span></td>"
+            f"<td class=num>{_e(goodput_text(s))}</td>"
             f"<td class=num>{s['requests']}</td><td class=num>{broken}</td><td>{_e(failed)}</td></tr>"
         )
     kinds = Counter((s["scenario"], s["verdict"]) for s in runs)
     matrix = "".join(
         f"<tr><td>{_e(k)}</td><td class=num>{kinds.get((k, 'pass'), 0)}</td>"
-        f"<td class=num>{kinds.get((k, 'fail'), 0)}</td></tr>"
+        f"<td class=num>{kinds.get((k, 'fail'), 0)}</td>"
+        f"<td class=num>{kinds.get((k, 'inconclusive'), 0)}</td></tr>"
         for k in sorted({s["scenario"] for s in runs})
     )
-    passed = all(s["verdict"] == "pass" for s in runs)
+    verdicts = {s["verdict"] for s in runs}
+    overall = next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
-        f"<span class='verdict {'pass' if passed else 'fail'}'>{'PASS' if passed else 'FAIL'}</span></h1>"
+        f"<span class='verdict {verdict_class(overall)}'>{overall.upper()}</span></h1>"
         f"<p class=muted>{_e(session_dir.name)} · {len(runs)} scenario runs</p>"
-        "<h2>Pass / fail by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th></tr>"
-        f"{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th><th>run</th><th>verdict</th>"
+        "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
+        f"<th>inconclusive</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
+        "<th>run</th><th>verdict</th><th>goodput</th>"
         f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table></body></html>"
     )
     path = session_dir / "index.html"
@@ -531,7 +620,8 @@ def write_index(session_dir: Path) -> Path | None:
     (session_dir / "index.json").write_text(
         json.dumps(
             [
-                {k: s[k] for k in ("scenario", "name", "verdict", "requests", "outcomes")}
+                {k: s.get(k) for k in ("scenario", "name", "verdict", "requests", "outcomes")}
+                | {"goodput": (s.get("goodput") or {}).get("all")}
                 | {"folder": s["_folder"]}
                 for s in runs
             ],

@@ -4,45 +4,87 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness.checks import PHASES, goodput, health_during_drain
 from harness.gateway import gateway_summary
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.timeline import version_share
+from harness.verdict import attribution, verdict
 
-SECRET_KEYS = ("api_key", "authorization", "token", "password", "secret")
+# Exact key names (lower case) that hold credentials; a count such as max_answer_tokens
+# is not one of them.
+SECRET_KEYS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "authorization",
+        "bearer",
+        "token",
+        "api_token",
+        "access_token",
+        "auth_token",
+        "bearer_token",
+        "password",
+        "secret",
+        "client_secret",
+    }
+)
+SECRET_SUFFIXES = ("_api_key", "_password", "_secret", "_bearer_token", "_access_token")
+
+
+def is_secret_key(key) -> bool:
+    k = str(key).lower()
+    return k in SECRET_KEYS or k.endswith(SECRET_SUFFIXES)
 
 
 def redact(obj):
-    """Drop anything that looks like a credential before it is written anywhere."""
+    """Drop credentials before anything is written."""
     if isinstance(obj, dict):
-        return {
-            k: ("[redacted]" if any(s in str(k).lower() for s in SECRET_KEYS) and v else redact(v))
-            for k, v in obj.items()
-        }
+        return {k: ("[redacted]" if is_secret_key(k) and v else redact(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     return obj
 
 
-def phase_latency(records, t_act, t_recovered) -> dict:
+def by_phase(data) -> dict[str, list]:
+    phases = data.phases
+    out: dict[str, list] = {p: [] for p in PHASES}
+    for r in data.records:
+        out[phases.of(r)].append(r)
+    return out
+
+
+def phase_latency(data) -> dict:
     """TTFT / ITL / e2e percentiles before, during and after the disruption."""
-    if t_act is None:
-        return {"all": latency_summary(records)}
-    before = [r for r in records if r.sent_at < t_act]
-    end = t_recovered if t_recovered is not None else float("inf")
-    during = [r for r in records if t_act <= r.sent_at < end]
-    after = [r for r in records if r.sent_at >= end]
-    return {
-        "before": latency_summary(before),
-        "during": latency_summary(during),
-        "after": latency_summary(after),
-    }
+    if data.t_act is None:
+        return {"all": latency_summary(data.records)}
+    return {p: latency_summary(recs) for p, recs in by_phase(data).items()}
+
+
+def signals(data) -> dict:
+    """The four signals every stream is checked for, per phase: [DONE], truncation,
+    gateway 499s and TTFT SLO breaches (None where no gateway logs were read)."""
+    status_by_id = {a.request_id: a.status for a in data.access}
+    out = {}
+    for p, recs in by_phase(data).items():
+        out[p] = {
+            "requests": len(recs),
+            "missing_done": sum(r.outcome == "missing_done" for r in recs),
+            "truncated": sum(r.outcome == "truncated" for r in recs),
+            "gateway_499": (
+                sum(status_by_id.get(r.request_id) == 499 for r in recs)
+                if data.gateway_logs is not None
+                else None
+            ),
+            "ttft_slo_breach": sum("ttft_slo_breach" in r.flags for r in recs),
+            "no_first_token": sum(r.ttft_s is None and r.outcome != "cancelled" for r in recs),
+        }
+    return out
 
 
 def build_summary(
     scenario, name, target, data, results, load_status, config, target_obj=None
 ) -> dict:
     records = data.records
-    passed = all(r.passed for r in results)
     workers = (load_status or {}).get("workers", {}) or {}
     lags = [w.get("loop_lag", {}).get("p99_s") for w in workers.values()]
     lags = [x for x in lags if x is not None]
@@ -50,17 +92,30 @@ def build_summary(
         "scenario": scenario,
         "name": name,
         "target": target,
-        "verdict": "pass" if passed else "fail",
+        "verdict": verdict(results),
         "requests": len(records),
         "sent": data.sent,
         "outcomes": count_outcomes(records),
         "flags": count_flags(records),
-        "gateway": gateway_summary(data.access, data.errors),
+        "goodput": goodput(data),
+        "signals": signals(data),
+        "gateway": gateway_summary(data.access, data.errors)
+        | {"source": data.gateway_logs, "unparsed_lines": data.unparsed_gateway_lines},
+        "attribution": attribution(data),
         "checks": [r.to_dict() for r in results],
+        "t_start": data.t_start,
         "t_act": data.t_act,
         "t_recovered": data.t_recovered,
+        "t_end": data.t_end,
         "victims": data.victims,
-        "latency": phase_latency(records, data.t_act, data.t_recovered),
+        "victim_in_flight": data.victim_in_flight,
+        "health_during_drain": health_during_drain(data.events),
+        "slo": {
+            "ttft_s": data.ttft_slo_s,
+            "itl_s": data.itl_slo_s,
+            "budgets": data.slo_budgets,
+        },
+        "latency": phase_latency(data),
         "versions": version_share(records),
         "load_generator": {
             "cpu_warning": bool((load_status or {}).get("cpu_warning")),

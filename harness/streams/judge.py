@@ -8,7 +8,8 @@ Rules come from vLLM's wire format (shared/facts.md):
   (vLLM v0.18 skipped the finish chunk for an abort before the first token);
 - a normal finish without [DONE] is missing_done, a clean end with neither truncated;
 - a broken connection (incomplete chunked body, reset) after headers is reset;
-- no data event within the stall timeout is hung; comments do not reset that clock.
+- no data event within the stall timeout is hung; comments do not reset that clock;
+  a stream the harness cancels after such a silence is hung, not cancelled.
 """
 
 from __future__ import annotations
@@ -145,6 +146,14 @@ class StreamObserver:
         if end == End.EOF and self._is_sse:
             for ev in self._parser.close(t):
                 self._event(ev)
+        if (
+            end == End.CANCELLED
+            and not self.done
+            and self.since_data_s(t) > self.th.stall_timeout_s
+        ):
+            # Cut at the end of the run after a silence the client would not have waited
+            # out: it was already hung, and `cancelled` (harmless) would hide that.
+            end = End.STALL
         outcome = self._classify(end)
         gaps = sorted(self._gaps)
         skews = sorted(self._skews)

@@ -113,8 +113,52 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
     assert len(summaries) == 8
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
+        assert s["goodput"]["all"]["share"] > 0.9, s["goodput"]  # the headline figure
+        assert s["attribution"]["traced"] == s["requests"]  # the local gateway traces all
         kept = {"complete", "cancelled"}
         if s["scenario"] != "pod_kill":  # a killed pod's own streams fail, by design
             assert all(v == 0 for k, v in s["outcomes"].items() if k not in kept), s["outcomes"]
     index = next(tmp_path.glob("*/index.html"))
     assert index.exists()
+
+
+def test_a_run_without_its_steady_state_is_inconclusive_everywhere(tmp_path):
+    """No evidence, no pass: streams never reach the in-flight count the drain needs."""
+    junit = tmp_path / "junit.xml"
+    proc, summaries = run_scenarios(
+        tmp_path / "reports",
+        "drain and pod",
+        "scenario.in_flight=40",
+        "scenario.steady_state_s=2",
+        options=("--junitxml", str(junit)),
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    (summary,) = summaries
+    assert summary["verdict"] == "inconclusive"
+    (check,) = [c for c in summary["checks"] if c["status"] == "inconclusive"]
+    assert check["name"] == "steady_state" and "40 streams in flight" in check["reason"]
+    assert "verdict INCONCLUSIVE" in proc.stdout and "Traceback" not in proc.stdout
+    assert "scenario.in_flight" in proc.stdout  # what to change
+    run = next((tmp_path / "reports").glob("*/*/report.html"))
+    assert ">INCONCLUSIVE<" in run.read_text()
+    assert ">INCONCLUSIVE<" in next((tmp_path / "reports").glob("*/index.html")).read_text()
+    assert "verdict INCONCLUSIVE" in junit.read_text()
+
+
+AT_CAPACITY = ("load.users=12", "slo.ttft_s=0.5")  # 3 replicas x 4 sequences: no headroom
+
+
+@pytest.mark.parametrize("select", ["drain and pod", "rollout and surge2", "pod_kill"])
+def test_losing_a_replica_at_capacity_breaks_the_ttft_budget(tmp_path, select):
+    """Every stream may complete and the scenario still fails: TTFT over its budget while
+    one replica fewer than the load needs serves it; the phase and window are named."""
+    proc, (summary,) = run_scenarios(tmp_path, select, *AT_CAPACITY)
+    assert proc.returncode == 1 and summary["verdict"] == "fail"
+    budget = next(c for c in summary["checks"] if c["name"] == "ttft_slo_budget")
+    assert budget["status"] == "fail", summary["checks"]
+    assert "budget broken during the disruption" in budget["hint"]
+    assert summary["goodput"]["during"]["share"] < 1
+    for phase in ("before", "during", "after"):
+        assert set(summary["signals"][phase]) >= {"missing_done", "truncated", "gateway_499"}
+    if select.startswith("rollout"):
+        assert summary["outcomes"]["complete"] == summary["requests"]  # nothing broke

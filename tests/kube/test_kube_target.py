@@ -293,3 +293,55 @@ def test_scenarios_end_to_end_through_the_kube_target(
     )  # correlated to pods via the gateway log
     dep = deployment(kube_local, namespace)
     assert RESTORE not in (dep.metadata.annotations or {})  # the run put back what it changed
+
+
+ABORT_MODE = ["--shutdown-timeout=0"]  # vLLM's default: in-flight streams do not finish
+
+
+@pytest.mark.parametrize(
+    "args, gateway_logs, verdict",
+    [(ABORT_MODE, False, "fail"), (ABORT_MODE, True, "fail"), ([], False, "pass")],
+    ids=["abort-mode-no-gateway-logs", "abort-mode-gateway-logs", "healthy-no-gateway-logs"],
+)
+def test_drain_verdict_does_not_depend_on_gateway_logs(
+    kube_local, namespace, tmp_path, args, gateway_logs, verdict
+):
+    """No evidence, no pass: without gateway logs streams cannot be traced to pods, and
+    a drain that aborts them must fail all the same (it used to pass, 0 of 0)."""
+    apply(kube_local, namespace, sim_objects(replicas=2, pdb_min=1, args=args))
+    wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "ready pods")
+    ingress = kube_local.ingress("rollcheck-sim", namespace)
+    sets = [
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        "load.max_tokens=[{tokens: 200}]",  # every answer ~4 s: surely in flight at SIGTERM
+        "scenario.recovery_s=60",
+    ]
+    if gateway_logs:
+        sets.append(
+            f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]"
+        )
+    r, summaries = run_scenarios(
+        tmp_path / "reports",
+        "drain and pod",
+        *sets,
+        options=("--target", "kube", "--kubeconfig", str(kube_local.kubeconfig)),
+    )
+    (summary,) = summaries
+    assert summary["verdict"] == verdict, r.stdout[-3000:]
+    assert r.returncode == (0 if verdict == "pass" else 1)
+    att = summary["attribution"]
+    if gateway_logs:
+        assert att["traced"] > 0
+    else:
+        assert att["traced"] == 0 and att["why_untraced"] == {"no gateway logs": att["total"]}
+        assert f"traced 0 of {att['total']} streams to a pod" in r.stdout
+        assert {c["name"]: c["status"] for c in summary["checks"]}["gateway_clean"] == "skipped"
+    failed = {c["name"] for c in summary["checks"] if c["status"] == "fail"}
+    if verdict == "fail":
+        assert {"no_broken_streams", "in_flight_streams_finish"} <= failed, summary["checks"]
+        assert summary["outcomes"]["complete"] < summary["requests"]
+    else:
+        fin = next(c for c in summary["checks"] if c["name"] == "in_flight_streams_finish")
+        assert fin["status"] == "pass" and "judged by count" in fin["population"]

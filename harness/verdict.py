@@ -1,0 +1,276 @@
+"""The verdict layer: joined run data in, check results, a verdict and its account out.
+
+No I/O. `Scenario.judge` gathers a RunData (records already joined with gateway
+lines and cluster events) and calls `judge()`; every check is a pure function of
+RunData, so each can be tested with literal data.
+
+No evidence, no pass: every check states the population it judged. When that
+population is empty or unknown the check is inconclusive and says why, and so is
+the scenario (unless another check failed). A check whose data source was not
+provided at all (gateway logs on a cluster without them) is skipped, and says so.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from harness.streams import Outcome, StreamRecord
+
+MAX_LISTED = 200  # offending request ids kept per check
+OK_OUTCOMES = (Outcome.COMPLETE, Outcome.CANCELLED)
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"  # the check saw no evidence either way
+    SKIPPED = "skipped"  # its data source was not provided; not part of the verdict
+
+
+class VerdictInputError(ValueError):
+    """Run data that cannot be judged (records of another run, nothing recorded)."""
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str
+    observed: object
+    expected: object
+    population: str = ""  # what was judged: "3 of 3 streams in flight on pod-x at its SIGTERM"
+    requests: list[str] = field(default_factory=list)
+    hint: str | None = None  # for a failure: the likely misconfiguration
+    reason: str | None = None  # for inconclusive or skipped: why, and what to change
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Status.PASS
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"passed": self.passed}
+
+
+def passed(name, observed, expected, population) -> CheckResult:
+    return CheckResult(name, Status.PASS, observed, expected, population)
+
+
+def failed(name, observed, expected, population, bad=(), hint=None) -> CheckResult:
+    ids = [r if isinstance(r, str) else r.request_id for r in list(bad)[:MAX_LISTED]]
+    return CheckResult(name, Status.FAIL, observed, expected, population, ids, hint)
+
+
+def inconclusive(name, expected, reason, observed="no evidence") -> CheckResult:
+    return CheckResult(name, Status.INCONCLUSIVE, observed, expected, "none", reason=reason)
+
+
+def skipped(name, expected, reason) -> CheckResult:
+    return CheckResult(name, Status.SKIPPED, "not judged", expected, "none", reason=reason)
+
+
+def judged(name, population_records, bad, population, expected=None, hint=None, empty=None):
+    """The common shape: a population of records, the broken ones among them."""
+    total = len(population_records)
+    if not total:
+        return inconclusive(name, expected or "0 broken", empty or f"no {population}")
+    observed = f"{len(bad)} of {total}"
+    expected = expected or f"0 of {total}"
+    if bad:
+        return failed(name, observed, expected, f"{total} {population}", bad, hint)
+    return passed(name, observed, expected, f"{total} {population}")
+
+
+# --- the data ----------------------------------------------------------------------
+
+
+@dataclass
+class Phases:
+    """The scenario's clock: steady state, the disruption, recovery, the end of load."""
+
+    t_start: float | None = None  # load started
+    t_act: float | None = None  # the disruption
+    t_recovered: float | None = None  # desired replicas ready again
+    t_end: float | None = None  # load stopped
+
+    def of(self, r: StreamRecord) -> str:
+        """The phase a request belongs to, by when it was sent."""
+        if self.t_act is None or r.sent_at < self.t_act:
+            return "before"
+        if self.t_recovered is None or r.sent_at < self.t_recovered:
+            return "during"
+        return "after"
+
+
+@dataclass
+class RunData:
+    records: list[StreamRecord]
+    events: list  # harness.cluster.events.Event
+    access: list  # harness.gateway.GatewayLine, this run's request ids only
+    errors: list  # harness.gateway.ErrorLine joined to this run's lines
+    sent: int
+    replicas: int
+    max_unavailable: int
+    stall_timeout_s: float
+    ttft_slo_s: float
+    t_act: float | None = None
+    t_recovered: float | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+    victims: list[str] = field(default_factory=list)
+    # streams in flight on each victim by its engine's own metrics, just before the act
+    victim_in_flight: dict[str, int] = field(default_factory=dict)
+    recovery_budget_s: float = 60.0
+    itl_slo_s: float | None = None
+    slo_budgets: dict = field(default_factory=dict)  # {"ttft": {"before": 0.01, ...}, "itl": ...}
+    predicted_rollout_s: float | None = None
+    gateway_logs: str | None = None  # where gateway lines came from; None: no gateway logs
+    unparsed_gateway_lines: int = 0
+    first_unparsed_line: str | None = None
+    expect_broken_on_victims: bool = False  # pod_kill: the victim's own streams may break
+    outcome_total: int | None = None  # outcomes the load counted (accounting)
+    load_problems: list[str] = field(default_factory=list)
+
+    @property
+    def phases(self) -> Phases:
+        return Phases(self.t_start, self.t_act, self.t_recovered, self.t_end)
+
+    @property
+    def any_traced(self) -> bool:
+        return any(r.pod is not None for r in self.records)
+
+    def untraced(self, records: Sequence[StreamRecord]) -> list[StreamRecord]:
+        return [r for r in records if r.pod is None]
+
+    def victim_time(self, pod: str, kinds=("sigterm",)) -> float | None:
+        """When the disruption reached this pod: its first event of the first kind seen."""
+        for kind in kinds:
+            for ev in self.events:
+                if ev.pod == pod and ev.kind == kind:
+                    return ev.t
+        return None
+
+
+def in_flight_at(records: Sequence[StreamRecord], t: float) -> list[StreamRecord]:
+    return [r for r in records if r.sent_at <= t < r.ended_at]
+
+
+# --- attribution -------------------------------------------------------------------
+
+
+def attribution(d: RunData) -> dict:
+    """How many streams were traced to a pod, and why the others were not."""
+    total = len(d.records)
+    traced = sum(r.pod is not None for r in d.records)
+    why: dict[str, int] = {}
+    for r in d.records:
+        if r.pod is not None:
+            continue
+        if d.gateway_logs is None:
+            reason = "no gateway logs"
+        elif r.gateway is None:
+            reason = "no gateway line with its request id"
+        else:
+            reason = "its upstream address matched no pod"
+        why[reason] = why.get(reason, 0) + 1
+    text = f"traced {traced} of {total} streams to a pod"
+    if total - traced:
+        text += f"; {total - traced} untraced (" + ", ".join(f"{k}: {v}" for k, v in why.items())
+        text += ")"
+    if d.unparsed_gateway_lines:
+        text += f"; {d.unparsed_gateway_lines} gateway lines unparsed"
+    return {
+        "traced": traced,
+        "total": total,
+        "untraced": total - traced,
+        "why_untraced": why,
+        "gateway_logs": d.gateway_logs,
+        "unparsed_gateway_lines": d.unparsed_gateway_lines,
+        "first_unparsed_line": d.first_unparsed_line,
+        "text": text,
+    }
+
+
+# --- the verdict -------------------------------------------------------------------
+
+Check = Callable[[RunData], CheckResult]
+
+ADVICE = (
+    "to get evidence: more streams in flight (scenario.in_flight, load.users), longer "
+    "answers (load.max_tokens, load.long_answer_tokens), or gateway logs so streams can "
+    "be traced to pods (kube.gateway_log_files or kube.gateway_pods_selector)"
+)
+
+
+def validate(d: RunData) -> None:
+    """One line for data that cannot be judged; nothing is counted twice."""
+    ids = [r.request_id for r in d.records]
+    if len(ids) != len(set(ids)):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise VerdictInputError(f"request {dup} has more than one record: records counted twice")
+    if d.t_start is not None and d.t_end is not None:
+        stray = [r for r in d.records if not d.t_start - 5 <= r.sent_at <= d.t_end + 5]
+        if stray:
+            raise VerdictInputError(
+                f"{len(stray)} records were sent outside this run "
+                f"(request {stray[0].request_id}): records from another run"
+            )
+
+
+def judge(d: RunData, checks: Sequence[Check]) -> list[CheckResult]:
+    validate(d)
+    return [check(d) for check in checks]
+
+
+def verdict(results: Sequence[CheckResult]) -> str:
+    """fail beats inconclusive beats pass; skipped checks do not count."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return "fail"
+    if Status.INCONCLUSIVE in statuses or not statuses - {Status.SKIPPED}:
+        return "inconclusive"
+    return "pass"
+
+
+def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int = 5) -> str:
+    """The verdict, failed and inconclusive checks, the first offending requests, hints."""
+    t0 = d.t_act or (min((r.sent_at for r in d.records), default=0.0))
+    by_id = {r.request_id: r for r in d.records}
+    word = summary["verdict"].upper()
+    lines = [f"{summary['scenario']} on {summary['target']}: verdict {word}"]
+    counts = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items() if v)
+    lines.append(f"  outcomes: {counts or 'no requests'}")
+    if summary.get("attribution"):
+        lines.append(f"  attribution: {summary['attribution']['text']}")
+    for check in summary["checks"]:
+        if check["status"] == Status.INCONCLUSIVE:
+            lines.append(f"  INCONCLUSIVE {check['name']}: {check['reason']}")
+            continue
+        if check["status"] != Status.FAIL:
+            continue
+        lines.append(
+            f"  FAILED {check['name']}: observed {check['observed']}, expected {check['expected']}"
+            f" ({check['population']})"
+        )
+        for rid in check["requests"][:listed]:
+            r = by_id.get(rid)
+            if r is None:
+                lines.append(f"    {rid}")
+                continue
+            ev = breaking_event(r, d.events) if breaking_event else None
+            cause = ""
+            if ev is not None:
+                est = " (estimated)" if ev.detail.get("estimated") else ""
+                cause = f"; {ev.kind}{est} on {ev.pod} at {ev.t - t0:+.2f} s"
+            lines.append(
+                f"    {rid[:12]} {r.outcome:<13} pod {r.pod or '?'} ({r.version or '?'}) "
+                f"{r.sent_at - t0:+.2f} s .. {r.ended_at - t0:+.2f} s, {r.tokens} tokens{cause}"
+            )
+        if len(check["requests"]) > listed:
+            lines.append(f"    ... and {len(check['requests']) - listed} more")
+        if check["hint"]:
+            lines.append(f"    hint: {check['hint']}")
+    if summary["verdict"] == "inconclusive":
+        lines.append(f"  {ADVICE}")
+    lines.append(f"  report: {summary.get('report')}")
+    return "\n".join(lines)

@@ -1,0 +1,460 @@
+"""The verdict layer with literal data: every check passes, fails, and is inconclusive
+when its population is empty or unknown. No processes, no sockets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import checks as C
+from harness import verdict as V
+from harness.cluster.events import Event
+from harness.gateway import (
+    ErrorLine,
+    GatewayLine,
+    attach_errors,
+    parse_error_line,
+    parse_upstreaminfo_line,
+)
+from harness.streams import StreamRecord
+
+T = 1000.0  # the disruption
+
+
+def rec(rid, outcome="complete", sent=T - 1, dur=3.0, pod=None, ttft=0.1, **kw) -> StreamRecord:
+    return StreamRecord(
+        request_id=rid,
+        outcome=outcome,
+        sent_at=sent,
+        duration_s=dur,
+        status=kw.pop("status", 200),
+        ttft_s=ttft,
+        pod=pod,
+        **kw,
+    )
+
+
+def ev(t, kind, pod=None, **detail) -> Event:
+    return Event(t, kind, pod, None, None, detail)
+
+
+def data(records, events=(), **kw) -> V.RunData:
+    base = dict(
+        records=list(records),
+        events=list(events),
+        access=[],
+        errors=[],
+        sent=len(records),
+        replicas=3,
+        max_unavailable=0,
+        stall_timeout_s=5.0,
+        ttft_slo_s=1.0,
+        t_act=T,
+        t_recovered=T + 5,
+        t_start=T - 10,
+        t_end=T + 10,
+        outcome_total=len(records),
+        slo_budgets={"ttft": {"before": 0.0, "during": 0.25, "after": 0.0}},
+    )
+    base.update(kw)
+    return V.RunData(**base)
+
+
+SIGTERM = [ev(T, "terminating", "p1"), ev(T + 1, "sigterm", "p1"), ev(T + 4, "exited", "p1")]
+
+
+def status(result) -> str:
+    return str(result.status)
+
+
+# --- the wrong PASS of the issue: aborted in-flight streams, no gateway logs ------------
+
+
+def test_aborted_in_flight_streams_without_attribution_fail_the_drain():
+    records = [rec(f"ok{i}", sent=T - 5 + i * 0.1, dur=2) for i in range(20)]
+    records += [rec("a1", "aborted", sent=T - 1, dur=2.5), rec("a2", "aborted", sent=T, dur=2)]
+    d = data(records, SIGTERM, victims=["p1"], victim_in_flight={"p1": 2})
+    results = V.judge(
+        d,
+        [
+            C.no_broken_streams,
+            C.in_flight_streams_finish,
+            C.no_abort_after_sigterm,
+            C.gateway_clean,
+        ],
+    )
+    by = {r.name: r for r in results}
+    assert V.verdict(results) == "fail"
+    assert status(by["no_broken_streams"]) == "fail"
+    assert set(by["no_broken_streams"].requests) == {"a1", "a2"}
+    assert status(by["in_flight_streams_finish"]) == "fail"
+    assert "judged by count" in by["in_flight_streams_finish"].population
+    assert status(by["gateway_clean"]) == "skipped"  # no gateway logs: not judged, not passed
+    assert "traced 0 of 22" in V.attribution(d)["text"]
+    assert "no gateway logs: 22" in V.attribution(d)["text"]
+
+
+# --- in_flight_streams_finish -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "records, kw, expected, words",
+    [
+        ([rec("r1", pod="p1"), rec("r2", pod="p2")], {}, "pass", "1 on p1"),
+        ([rec("r1", "aborted", pod="p1"), rec("r2", pod="p2")], {}, "fail", "1 on p1"),
+        ([rec("r1", pod="p2")], {}, "inconclusive", "no stream was in flight on p1"),
+        ([rec("r1")], {"victim_in_flight": {"p1": 1}}, "pass", "judged by count"),
+        ([rec("r1")], {}, "inconclusive", "could not be attributed"),
+        ([rec("r1", pod="p1")], {"victims": []}, "inconclusive", "no pod was named"),
+    ],
+    ids=["traced-pass", "traced-fail", "none-on-victim", "by-count", "unknown", "no-victim"],
+)
+def test_in_flight_streams_finish(records, kw, expected, words):
+    d = data(records, SIGTERM, **({"victims": ["p1"]} | kw))
+    r = C.in_flight_streams_finish(d)
+    assert status(r) == expected
+    assert words in (r.population + (r.reason or ""))
+
+
+def test_node_drain_judges_each_pod_at_its_own_sigterm():
+    events = [ev(T + 1, "sigterm", "p1"), ev(T + 8, "sigterm", "p2")]
+    # r2 started after p1's SIGTERM, on p2, and broke at p2's own SIGTERM
+    records = [
+        rec("r1", pod="p1", sent=T, dur=3),
+        rec("r2", "aborted", pod="p2", sent=T + 5, dur=4),
+    ]
+    r = C.in_flight_streams_finish(data(records, events, victims=["p1", "p2"]))
+    assert status(r) == "fail" and r.requests == ["r2"]
+    assert "1 on p1, 1 on p2" in r.population
+
+
+# --- no_abort_after_sigterm -------------------------------------------------------------
+
+
+def test_no_abort_after_sigterm():
+    late_bad = rec("late", "http_error", pod="p1", sent=T + 2, dur=0.1, status=500)
+    late_bad.error = "cannot schedule new futures after shutdown"
+    r = C.no_abort_after_sigterm(data([late_bad], SIGTERM, victims=["p1"]))
+    assert status(r) == "fail" and r.requests == ["late"]
+    assert "cannot schedule new futures" in r.hint  # the drain-time 500 of vLLM 0.32
+
+    elsewhere = [rec("e1", pod="p2", sent=T + 2, dur=1)]
+    r = C.no_abort_after_sigterm(data(elsewhere, SIGTERM, victims=["p1"]))
+    assert status(r) == "pass" and "all served elsewhere" in r.population
+
+    before = [rec("b1", pod="p2", sent=T - 5, dur=1)]
+    r = C.no_abort_after_sigterm(data(before, SIGTERM, victims=["p1"]))
+    assert status(r) == "inconclusive" and "no request was sent while p1 drained" in r.reason
+
+    r = C.no_abort_after_sigterm(data(before, [], victims=["p1"]))
+    assert status(r) == "inconclusive" and "no SIGTERM" in r.reason
+
+
+# --- shared stream checks ---------------------------------------------------------------
+
+
+def test_no_broken_and_no_hung_streams():
+    assert status(C.no_broken_streams(data([rec("r1")]))) == "pass"
+    assert status(C.no_broken_streams(data([rec("r1", "truncated")]))) == "fail"
+    assert status(C.no_broken_streams(data([]))) == "inconclusive"
+    assert status(C.no_hung_streams(data([rec("r1", "hung")]))) == "fail"
+    assert status(C.no_hung_streams(data([rec("r1")]))) == "pass"
+    assert status(C.no_hung_streams(data([]))) == "inconclusive"
+
+
+def test_accounting():
+    assert status(C.accounting(data([rec("r1")]))) == "pass"
+    assert status(C.accounting(data([rec("r1")], sent=2))) == "fail"
+    assert status(C.accounting(data([], sent=0))) == "inconclusive"
+    d = data([rec("r1")], load_problems=["worker 1 never reported its last records"])
+    assert status(C.accounting(d)) == "fail"
+
+
+def gw(rid, status_code=200, upstream="10.0.0.1:8000", end=T + 1, rt=1.0, conn=None):
+    return GatewayLine(rid, status_code, upstream, str(status_code), 100, rt, end, conn)
+
+
+def test_gateway_clean():
+    d = data([rec("r1")], access=[gw("r1")], gateway_logs="access.log")
+    assert status(C.gateway_clean(d)) == "pass"
+    d = data([rec("r1")], access=[gw("r1", 499)], gateway_logs="access.log")
+    r = C.gateway_clean(d)
+    assert status(r) == "fail" and r.requests == ["r1"] and "499" in r.hint
+    line = gw("r1")
+    line.errors.append("upstream prematurely closed connection while reading upstream")
+    d = data([rec("r1", "reset")], access=[line], gateway_logs="access.log")
+    assert status(C.gateway_clean(d)) == "fail"
+    d = data([rec("r1")], access=[], gateway_logs="access.log", first_unparsed_line="garbage")
+    r = C.gateway_clean(d)
+    assert status(r) == "inconclusive" and "garbage" in r.reason
+    assert status(C.gateway_clean(data([rec("r1")]))) == "skipped"
+
+
+def test_gateway_clean_leaves_out_the_killed_pods_own_lines():
+    line = gw("v1")
+    line.errors.append("upstream prematurely closed connection while reading upstream")
+    records = [rec("v1", "reset", pod="p1"), rec("o1", pod="p2")]
+    d = data(records, access=[line, gw("o1")], gateway_logs="a", victims=["p1"])
+    assert status(C.gateway_clean(d)) == "fail"
+    d = dataclasses.replace(d, expect_broken_on_victims=True)
+    r = C.gateway_clean(d)
+    assert status(r) == "pass" and "1 of them on the killed pod left out" in r.population
+
+
+# --- SLO budgets and goodput ---------------------------------------------------------------
+
+
+def test_ttft_budget_per_phase_names_the_window_and_pods():
+    records = [rec(f"b{i}", sent=T - 3 + i * 0.1, dur=1) for i in range(10)]
+    records += [rec(f"d{i}", sent=T + 1 + i * 0.1, dur=1, ttft=2.0, pod="p2") for i in range(3)]
+    records += [rec(f"g{i}", sent=T + 1 + i * 0.1, dur=1, pod="p2") for i in range(3)]
+    records += [rec(f"a{i}", sent=T + 6 + i * 0.1, dur=1) for i in range(5)]
+    r = C.ttft_slo_budget(data(records))
+    assert status(r) == "fail"
+    assert r.observed["during"] == "3 of 6 (50.0%)"
+    assert "during the disruption, +1.0 s .. +1.2 s" in r.hint and "p2" in r.hint
+    g = C.goodput(data(records))
+    assert g["during"] == {"good": 3, "requests": 6, "share": 0.5}
+    assert g["before"]["share"] == 1.0
+
+
+def test_requests_without_a_first_token_are_breaches():
+    records = [rec("b", sent=T - 1, dur=0.5)]
+    records += [rec("e", "http_error", sent=T + 1, ttft=None, status=503)] + [
+        rec(f"d{i}", sent=T + 1, dur=1) for i in range(2)
+    ]
+    r = C.ttft_slo_budget(data(records))
+    assert status(r) == "fail" and r.requests == ["e"]
+
+
+def test_ttft_budget_inconclusive_without_requests_in_the_disruption():
+    r = C.ttft_slo_budget(data([rec("b", sent=T - 2, dur=1)]))
+    assert status(r) == "inconclusive" and "during" in r.reason
+    assert status(C.itl_slo_budget(data([rec("b")]))) == "skipped"  # no ITL SLO set
+    ok = [rec("b", sent=T - 2, dur=1), rec("d", sent=T + 1, dur=1)]
+    assert status(C.ttft_slo_budget(data(ok))) == "pass"
+
+
+# --- pod_kill ---------------------------------------------------------------------------
+
+
+def test_killed_streams_fail_fast_and_other_pods_untouched():
+    fast = rec("k1", "reset", pod="p1", sent=T - 1, dur=1.1)
+    hung = rec("k2", "hung", pod="p1", sent=T - 1, dur=7)
+    other = rec("o1", pod="p2", sent=T - 1, dur=3)
+    d = data([fast, other], victims=["p1"])
+    assert status(C.killed_streams_fail_fast(d)) == "pass"
+    assert status(C.other_pods_untouched(d)) == "pass"
+    d = data([fast, hung, other], victims=["p1"])
+    assert C.killed_streams_fail_fast(d).requests == ["k2"]
+    d = data([fast, rec("o2", "reset", pod="p2", sent=T - 1, dur=1.1)], victims=["p1"])
+    assert status(C.other_pods_untouched(d)) == "fail"
+    d = data([other], victims=["p1"])
+    assert status(C.killed_streams_fail_fast(d)) == "inconclusive"
+
+
+def test_pod_kill_without_attribution_is_judged_by_count():
+    k = [rec(f"k{i}", "reset", sent=T - 1, dur=1.1) for i in range(2)]
+    ok = [rec("o1", sent=T - 1, dur=3)]
+    d = data(k + ok, victims=["p1"], victim_in_flight={"p1": 2})
+    r = C.killed_streams_fail_fast(d)
+    assert status(r) == "pass" and "judged by count" in r.population
+    assert status(C.other_pods_untouched(d)) == "pass"
+    d = data(k + ok, victims=["p1"], victim_in_flight={"p1": 1})
+    r = C.other_pods_untouched(d)
+    assert status(r) == "fail" and "<= 1" in r.expected
+    d = data(k + ok, victims=["p1"], victim_in_flight={})
+    assert status(C.killed_streams_fail_fast(d)) == "inconclusive"
+
+
+# --- cluster-scoped checks -----------------------------------------------------------------
+
+
+def test_capacity_floor():
+    check = C.capacity_floor_for(1)
+    caps = [ev(T + 1, "capacity", available=2, pods=3), ev(T + 2, "capacity", available=3)]
+    assert status(check(data([], caps))) == "pass"
+    low = [ev(T + 1, "capacity", available=1, pods=3)]
+    assert status(check(data([], low))) == "fail"
+    assert status(check(data([], []))) == "inconclusive"
+
+
+def test_recovery_time():
+    assert status(C.recovery_time(data([]))) == "pass"
+    assert status(C.recovery_time(data([], t_recovered=None))) == "fail"
+    assert status(C.recovery_time(data([], t_recovered=T + 100))) == "fail"
+    assert status(C.recovery_time(data([], t_act=None))) == "inconclusive"
+
+
+def test_long_answer_finishes():
+    long_ok = rec("l1", sent=T - 2, dur=10, tags={"user": "long"})
+    long_bad = rec("l2", "aborted", sent=T - 2, dur=3, tags={"user": "long"})
+    assert status(C.long_answer_finishes(data([long_ok]))) == "pass"
+    assert status(C.long_answer_finishes(data([long_bad]))) == "fail"
+    done_before = rec("l3", sent=T - 5, dur=1, tags={"user": "long"})
+    r = C.long_answer_finishes(data([done_before]))
+    assert status(r) == "inconclusive" and "long_answer_tokens" in r.reason
+
+
+def test_scaled_to_zero_from_observed_pod_counts():
+    zero = [ev(T + 1, "capacity", available=0, pods=1), ev(T + 3, "capacity", available=0, pods=0)]
+    assert status(C.scaled_to_zero(data([], zero))) == "pass"
+    one = [ev(T + 1, "capacity", available=0, pods=1)]
+    assert status(C.scaled_to_zero(data([], one))) == "fail"
+    assert status(C.scaled_to_zero(data([], zero, t_act=None))) == "inconclusive"
+
+
+def test_rollout_duration_predicted_from_this_runs_own_pod_times():
+    check = C.rollout_duration_for(1, 0, False)
+    events = []
+    for i in range(3):  # three new pods, each 10 s from creation to ready; old ones drain 2 s
+        events += [ev(T + i * 12, "pod_created", f"n{i}"), ev(T + i * 12 + 10, "ready", f"n{i}")]
+        events += [
+            ev(T + i * 12 + 10, "terminating", f"o{i}"),
+            ev(T + i * 12 + 12, "pod_removed", f"o{i}"),
+        ]
+    done = [ev(T + 36, "rollout_complete")]
+    r = check(data([], events + done))
+    assert status(r) == "pass" and "ready 10.0 s" in r.expected
+    r = check(data([], events + [ev(T + 400, "rollout_complete")]))
+    assert status(r) == "fail"
+    assert status(check(data([], events))) == "fail"  # never finished
+    r = check(data([], done))  # nothing measured: no prediction, not a pass
+    assert status(r) == "skipped" and "no prediction" in r.reason
+
+
+def test_ttft_recovers_after_step():
+    steady = [rec(f"s{i}", sent=T + 0.1 * i, dur=1, ttft=0.2) for i in range(60)]
+    assert status(C.ttft_recovers_after_step(data(steady))) == "pass"
+    slow = [rec(f"x{i}", sent=T + 0.1 * i, dur=1, ttft=3.0) for i in range(20)]
+    late_ok = [rec(f"y{i}", sent=T + 2 + 0.1 * i, dur=1, ttft=0.2) for i in range(30)]
+    r = C.ttft_recovers_after_step(data(slow + late_ok))
+    assert status(r) == "pass" and "2.0 s" in r.observed
+    # still over the SLO when the run ends: not recovered
+    r = C.ttft_recovers_after_step(data(slow + [rec("z", sent=T + 3, dur=1, ttft=None)]))
+    assert status(r) == "fail"
+    # errors count as breaches
+    errors = [
+        rec(f"e{i}", "http_error", sent=T + 0.1 * i, ttft=None, status=503) for i in range(30)
+    ]
+    assert status(C.ttft_recovers_after_step(data(errors))) == "fail"
+    assert status(C.ttft_recovers_after_step(data([]))) == "inconclusive"
+    assert status(C.ttft_recovers_after_step(data(steady, t_act=None))) == "inconclusive"
+
+
+# --- the verdict and bad input -------------------------------------------------------------
+
+
+def test_verdict_order_and_skipped_checks():
+    p, f = V.passed("a", 0, 0, "x"), V.failed("b", 1, 0, "x")
+    i, s = V.inconclusive("c", 0, "why"), V.skipped("d", 0, "why")
+    assert V.verdict([p, f, i, s]) == "fail"
+    assert V.verdict([p, i, s]) == "inconclusive"
+    assert V.verdict([p, s]) == "pass"
+    assert V.verdict([s]) == "inconclusive"
+    assert i.to_dict()["passed"] is False and p.to_dict()["passed"] is True
+
+
+def test_records_counted_twice_or_from_another_run_are_refused():
+    with pytest.raises(V.VerdictInputError, match="more than one record"):
+        V.judge(data([rec("r1"), rec("r1")]), [C.no_broken_streams])
+    with pytest.raises(V.VerdictInputError, match="another run"):
+        V.judge(data([rec("old", sent=T - 3600)]), [C.no_broken_streams])
+
+
+def test_failure_message_says_inconclusive_and_what_to_change():
+    d = data([rec("r1", pod="p2")], SIGTERM, victims=["p1"])
+    results = V.judge(d, [C.in_flight_streams_finish])
+    summary = {
+        "scenario": "drain",
+        "target": "kube",
+        "verdict": V.verdict(results),
+        "outcomes": {"complete": 1},
+        "attribution": V.attribution(d),
+        "checks": [r.to_dict() for r in results],
+    }
+    text = V.failure_message(summary, d)
+    assert "verdict INCONCLUSIVE" in text
+    assert "no stream was in flight on p1 at its SIGTERM" in text
+    assert "scenario.in_flight" in text
+
+
+# --- hints follow what vLLM 0.32 really does -------------------------------------------------
+
+
+def test_hints_follow_the_real_engine():
+    core = rec("c", "error_event")
+    core.error = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+    assert "--shutdown-timeout" in C.hint_for_outcomes([core])
+    assert "EngineCore" in C.hint_for_outcomes([core])
+    hung = C.hint_for_outcomes([rec("h", "hung")])
+    assert "SIGKILL" in hung and "--shutdown-timeout" in hung
+
+
+# --- ingress-nginx: no connection number, so errors join by upstream and time ---------------
+
+UPSTREAMINFO = (
+    '10.244.0.1 - - [01/Dec/2026:06:00:05 +0000] "POST /v1/chat/completions HTTP/1.1" 200 '
+    '812 "-" "python-httpx/0.28.1" 311 4.012 [default-rollcheck-sim-8000] [] 10.244.1.7:8000 '
+    "812 4.011 200 {rid}"
+)
+
+
+def test_ingress_nginx_upstreaminfo_errors_join_by_upstream_and_time():
+    import calendar
+    import time
+
+    a = parse_upstreaminfo_line(UPSTREAMINFO.format(rid="req-1"))
+    b = parse_upstreaminfo_line(
+        UPSTREAMINFO.format(rid="req-2").replace("10.244.1.7:8000", "10.244.1.9:8000")
+    )
+    assert a.request_id == "req-1" and a.connection is None
+    end = calendar.timegm(time.strptime("2026-12-01 06:00:05", "%Y-%m-%d %H:%M:%S"))
+    err = ErrorLine(
+        end - 1,
+        "error",
+        12,
+        "upstream prematurely closed connection while reading upstream",
+        "10.244.1.7:8000",
+    )
+    stray = dataclasses.replace(err, upstream="10.9.9.9:8000")
+    joined = attach_errors([a, b], [err, stray])
+    assert joined == [err]
+    assert a.errors and not b.errors
+
+
+def test_nginx_error_lines_join_by_connection():
+    line = gw("r1", conn=7, end=T + 2, rt=3)
+    e = parse_error_line(
+        "2026/12/01 06:00:05 [error] 31#31: *7 upstream prematurely closed connection while "
+        'reading upstream, client: 127.0.0.1, upstream: "http://127.0.0.1:9001/v1/chat", host: "x"'
+    )
+    e = dataclasses.replace(e, t=T + 1)
+    assert attach_errors([line], [e]) == [e] and line.errors
+
+
+# --- config: budgets, SLOs and the stop timeout --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets, words",
+    [
+        (
+            ["slo.ttft_budget.during=1.5"],
+            "slo.ttft_budget: during: a budget is a share from 0 to 1",
+        ),
+        (["slo.ttft_s=0"], "slo: ttft_s: an SLO must be above zero"),
+        (
+            ["load.stop_timeout_s=2", "slo.stall_timeout_s=5"],
+            "load.stop_timeout_s (2) is below slo.stall_timeout_s (5)",
+        ),
+    ],
+)
+def test_bad_slo_settings_are_one_line_errors(sets, words):
+    from harness.cluster.config import load_config
+    from harness.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        load_config(None, sets)
+    assert words in str(info.value) and "\n" not in str(info.value)
