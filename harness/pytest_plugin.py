@@ -173,8 +173,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from harness.report.html import write_index
 
-    index = write_index(config.stash[session_dir_key])
-    if index is not None:
-        tr = config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None:
-            tr.write_line(f"rollcheck: session report {index}")
+    session_dir = config.stash[session_dir_key]
+    index = write_index(session_dir)
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if index is None or tr is None:
+        return
+    for line in verdict_lines(session_dir):
+        tr.write_line(line)
+    tr.write_line(f"rollcheck: session report {index}")
+
+
+def verdict_lines(session_dir: Path) -> list[str]:
+    """One line per scenario run: verdict, goodput (the headline figure), attribution."""
+    import json
+
+    from harness.report.html import goodput_text
+
+    lines = []
+    for path in sorted(session_dir.glob("*/summary.json")):
+        s = json.loads(path.read_text())
+        att = (s.get("attribution") or {}).get("text", "")
+        lines.append(
+            f"rollcheck: {s.get('name')} {s['verdict'].upper()}, goodput {goodput_text(s)}"
+            + (f", {att}" if att else "")
+        )
+    return lines
