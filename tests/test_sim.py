@@ -15,6 +15,8 @@ import time
 import httpx
 import pytest
 
+from harness.sim.settings import SimSettings
+
 CHAT = "/v1/chat/completions"
 
 
@@ -46,6 +48,8 @@ class StreamReader(threading.Thread):
         self.status = None
         self.error: str | None = None
         self.first_byte = threading.Event()
+        self.headers_at: float | None = None
+        self.body_at: float | None = None  # the first body byte
         self.start()
 
     def run(self):
@@ -58,7 +62,9 @@ class StreamReader(threading.Thread):
                 timeout=httpx.Timeout(self.timeout_s),
             ) as r:
                 self.status = r.status_code
+                self.headers_at = time.monotonic()
                 for chunk in r.iter_raw():
+                    self.body_at = self.body_at or time.monotonic()
                     self.raw += chunk
                     if b"content" in self.raw and b'"content":""' not in chunk:
                         self.first_byte.set()
@@ -92,9 +98,23 @@ def test_chat_stream_wire_format(sim_factory):
     assert final["choices"][0]["finish_reason"] == "length"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
     assert done == "[DONE]"
-    assert role["system_fingerprint"] == "fp_v7"
+    # vLLM 0.32: the fingerprint is on the last JSON chunk only
+    assert usage["system_fingerprint"] == "fp_v7"
+    assert all("system_fingerprint" not in e for e in [role, *content, final])
     # no `event:` or `id:` lines, only data lines
     assert all(line.startswith("data: ") for line in r.text.splitlines() if line)
+
+
+def test_without_usage_the_last_token_rides_on_the_finish_chunk(sim_factory):
+    sim = sim_factory(model_version="v7")
+    role, *content, final, done = events(
+        httpx.post(sim.url + CHAT, json=body(max_tokens=5)).content
+    )
+    assert len(content) == 4 and all(c["choices"][0]["finish_reason"] is None for c in content)
+    assert (
+        final["choices"][0]["delta"]["content"] and final["choices"][0]["finish_reason"] == "length"
+    )
+    assert final["system_fingerprint"] == "fp_v7" and done == "[DONE]"
 
 
 def test_request_id_header_not_echoed_by_default(sim_factory):
@@ -139,7 +159,7 @@ def test_natural_stop(sim_factory):
     sim = sim_factory(min_answer_tokens=3, max_answer_tokens=3)
     evs = events(httpx.post(sim.url + CHAT, json=body()).content)
     assert evs[-2]["choices"][0]["finish_reason"] == "stop"
-    assert len(evs) == 1 + 3 + 1 + 1
+    assert len(evs) == 1 + 3 + 1  # role, three tokens (the last with the finish), [DONE]
 
 
 def test_models_version_metrics(sim_factory):
@@ -212,8 +232,8 @@ def test_slow_reader_gets_every_token_in_order(sim_factory):
         at = eol + 2 + size + 2
     data = b"".join(pieces)
     evs = events(data)
-    content = [e for e in evs[1:-2] if isinstance(e, dict)]
-    assert len(content) == n
+    content = [e for e in evs[1:-1] if isinstance(e, dict)]
+    assert len(content) == n and all(e["choices"][0]["delta"]["content"] for e in content)
     reference = events(httpx.post(sim.url + CHAT, json=body(max_tokens=n, ignore_eos=True)).content)
     assert [e["choices"][0]["delta"] for e in evs[1:-1]] == [
         e["choices"][0]["delta"] for e in reference[1:-1]
@@ -230,11 +250,31 @@ def test_queueing_under_max_num_seqs(sim_factory):
     time.sleep(0.3)
     metrics = httpx.get(sim.url + "/metrics").text
     assert 'vllm:num_requests_waiting{engine="0",model_name="rollcheck-sim"} 1.0' in metrics
+    # vLLM 0.32: a queued request has its 200 and headers, and then not one byte
+    assert second.status == 200 and second.raw == b""
     second.join(10)
     first.join(10)
     # the second request waited for the first one's slot (~1 s of decode)
     assert time.monotonic() - t0 > 0.6
+    assert second.body_at - second.headers_at > 0.5  # the role chunk came with its token
     assert second.finishes() == ["length"] and first.finishes() == ["length"]
+
+
+def test_admission_limit_and_max_model_len(sim_factory):
+    # vLLM 0.32 (measured, one slot): --max-num-queued-reqs 2 holds one waiting request
+    sim = sim_factory(max_num_seqs=1, max_num_queued_reqs=2, itl_s=0.05, max_model_len=1024)
+    running = StreamReader(sim.url, body(max_tokens=40, ignore_eos=True))
+    running.first_byte.wait(5)
+    queued = StreamReader(sim.url, body(max_tokens=1))
+    time.sleep(0.3)
+    r = httpx.post(sim.url + CHAT, json=body(max_tokens=1))
+    assert r.status_code == 503 and "currently busy" in r.json()["error"]["message"]
+    r = httpx.post(sim.url + CHAT, json=body(max_tokens=5000))
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "max_tokens"
+    assert "cannot be greater than max_model_len=1024" in err["message"]
+    queued.join(10)
+    assert queued.finishes() == ["length"]
 
 
 @pytest.mark.parametrize("mode", ["abort", "legacy"])
@@ -253,12 +293,24 @@ def test_sigterm_abort_and_legacy_modes(sim_factory, mode):
     assert reader.error is None  # the body ended cleanly in both modes
 
 
-def test_sigterm_hang_mode_keeps_connection_until_sigkill(sim_factory):
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_sigterm_hang_mode_keeps_connection_until_the_client_leaves(sim_factory):
+    """vLLM 0.32, default --shutdown-timeout 0, one of its two endings (measured): no more
+    bytes, the listener closed at once, the socket held open; SIGKILL ends it, or the
+    process exits once its clients give up."""
     sim = sim_factory(shutdown_mode="hang", itl_s=0.05)
     reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True))
     reader.first_byte.wait(5)
     sim.signal(signal.SIGTERM)
     time.sleep(0.3)
+    assert refused(sim.settings.port)
     size = len(reader.raw)
     time.sleep(1.0)
     assert len(reader.raw) == size and reader.is_alive()
@@ -269,25 +321,78 @@ def test_sigterm_hang_mode_keeps_connection_until_sigkill(sim_factory):
     assert reader.finishes() == []
 
 
+def test_a_hung_engine_exits_once_its_clients_leave(sim_factory):
+    sim = sim_factory(shutdown_mode="hang", itl_s=0.05)
+    reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True), timeout_s=1.0)
+    reader.first_byte.wait(5)
+    sim.signal(signal.SIGTERM)
+    reader.join(5)
+    assert reader.error == "ReadTimeout"  # the client gave up on the silence
+    assert sim.exited_within(5)
+
+
+def test_sigterm_error_event_mode(sim_factory):
+    """vLLM 0.32's other ending (measured): the EngineCore error event and [DONE], no finish
+    and no usage chunk even with include_usage; a queued request gets only the error
+    event; the listener closes at once and the process exits about 0.35 s later."""
+    sim = sim_factory(shutdown_mode="error_event", itl_s=0.05, max_num_seqs=1)
+    payload = body(max_tokens=200, ignore_eos=True, stream_options={"include_usage": True})
+    reader = StreamReader(sim.url, payload)
+    reader.first_byte.wait(5)
+    queued = StreamReader(sim.url, body(max_tokens=5))
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    sim.signal(signal.SIGTERM)
+    reader.join(5)
+    queued.join(5)
+    evs = events(reader.raw)
+    assert evs[-2]["error"]["message"].startswith("EngineCore encountered an issue")
+    assert evs[-2]["error"]["code"] == 500 and evs[-1] == "[DONE]"
+    assert reader.finishes() == [] and all("usage" not in e for e in evs[:-1])
+    q = events(queued.raw)
+    assert len(q) == 2 and "error" in q[0] and q[1] == "[DONE]"  # no role chunk
+    assert refused(sim.settings.port)
+    assert sim.exited_within(3) and time.monotonic() - t0 >= 0.3
+
+
+def test_race_mode_is_one_of_the_two_real_endings_and_seeded(sim_factory):
+    from harness.sim.app import race_ending
+
+    assert SimSettings().shutdown_mode == "race"  # the default: what vLLM 0.32 does
+    assert {race_ending(0, port) for port in range(8000, 8040)} == {"error_event", "hang"}
+    sim = sim_factory(itl_s=0.05)
+    reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True), timeout_s=2.0)
+    reader.first_byte.wait(5)
+    sim.signal(signal.SIGTERM)
+    reader.join(10)
+    assert reader.finishes() == []  # never abort + [DONE]
+    ended = "error_event" if b"EngineCore" in reader.raw else "hang"
+    assert ended == race_ending(0, sim.settings.port)
+
+
 def test_drain_finishes_in_flight_and_aborts_new(sim_factory):
-    sim = sim_factory(shutdown_timeout_s=5, itl_s=0.02)
+    sim = sim_factory(shutdown_timeout_s=5, itl_s=0.02, shutdown_teardown_s=0.5)
     in_flight = StreamReader(sim.url, body(max_tokens=50, ignore_eos=True))  # ~1 s
     in_flight.first_byte.wait(5)
     t0 = time.monotonic()
     sim.signal(signal.SIGTERM)
     time.sleep(0.2)
     assert httpx.get(sim.url + "/health").status_code == 200  # vLLM keeps /health up
-    new = StreamReader(sim.url, body(max_tokens=5))
-    new.join(5)
-    assert new.status == 200 and new.finishes() == ["abort"]
+    new = httpx.post(sim.url + CHAT, json=body(max_tokens=5))
+    # vLLM 0.32 refuses new work during its drain, and closes the connection
+    assert new.status_code == 500 and new.headers["connection"] == "close"
+    assert new.json()["error"]["message"] == "cannot schedule new futures after shutdown"
     in_flight.join(10)
     assert in_flight.finishes() == ["length"]
+    drained = time.monotonic()
+    assert not sim.exited_within(0.3)  # the teardown after the last stream
     assert sim.exited_within(5)
+    assert time.monotonic() - drained >= 0.5  # shutdown_teardown_s
     assert time.monotonic() - t0 < 4  # exits when drained, not at the timeout
 
 
 def test_drain_timeout_aborts_the_rest(sim_factory):
-    sim = sim_factory(shutdown_timeout_s=1, itl_s=0.05)
+    sim = sim_factory(shutdown_timeout_s=1, itl_s=0.05, shutdown_mode="abort")
     long = StreamReader(sim.url, body(max_tokens=400, ignore_eos=True))  # ~20 s
     long.first_byte.wait(5)
     t0 = time.monotonic()

@@ -50,16 +50,37 @@ def _json_str(s: str) -> bytes:
 
 
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError"):
+    def __init__(
+        self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None
+    ):
         super().__init__(message)
-        self.status, self.message, self.err_type = status, message, err_type
+        self.status, self.message, self.err_type, self.param = status, message, err_type, param
 
 
-def error_body(status: int, message: str, err_type: str) -> bytes:
+def error_obj(status: int, message: str, err_type: str, param: str | None = None) -> dict:
     # vLLM >= 0.10.1 error shape.
-    return json.dumps(
-        {"error": {"message": message, "type": err_type, "param": None, "code": status}}
-    ).encode()
+    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+
+
+def error_body(status: int, message: str, err_type: str, param: str | None = None) -> bytes:
+    return json.dumps(error_obj(status, message, err_type, param)).encode()
+
+
+# What vLLM 0.32 sends (measured): the in-stream error when its engine core is killed
+# at SIGTERM, the answer to a new request during a drain, and its admission refusal.
+ENGINE_CORE_ERROR = error_obj(
+    500,
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    "InternalServerError",
+)
+SHUTDOWN_500 = error_body(500, "cannot schedule new futures after shutdown", "InternalServerError")
+BUSY_503 = error_body(
+    503,
+    "The engine is currently busy and cannot accept new requests. Please try again later or "
+    "on a different instance.",
+    "Service Unavailable",
+)
+ERROR_EXIT_S = 0.35  # vLLM 0.32: the process exits this long after SIGTERM in error_event
 
 
 @dataclass
@@ -194,16 +215,18 @@ class Decode:
         *,
         first_at: float,
         on_first: Callable[[], None],
+        last: Callable[[str], bytes] | None = None,
     ):
         self.engine, self.app, self.stream, self.send = app.engine, app, stream, send
         self.chunk, self.tokens, self.disconnected = chunk, tokens, disconnected
         self.sent = self.stop = 0
         self.next_at = first_at
         self.on_first: Callable[[], None] | None = on_first
+        self.last = last  # the chunk of the answer's last token: it carries the finish
         self._waiter: asyncio.Future | None = None
 
     def over(self) -> bool:
-        return self.stream.ending is not None or self.disconnected.is_set()
+        return decode_over(self.stream, self.disconnected)
 
     async def run(self, stop: int) -> None:
         """Send tokens up to index stop, unless the stream is ended or the client left."""
@@ -232,9 +255,11 @@ class Decode:
                 break
             now = time.monotonic()
             engine.lag_s.append(now - self.next_at)
+            token = self.tokens[self.sent]
+            is_last = self.last is not None and self.sent == len(self.tokens) - 1
             message = {
                 "type": "http.response.body",
-                "body": self.chunk(self.tokens[self.sent]),
+                "body": self.last(token) if is_last else self.chunk(token),
                 "more_body": True,
             }
             self.sent += 1
@@ -293,6 +318,9 @@ class Engine:
         self.on_exit = on_exit
         self.ready = settings.startup_s == 0
         self.draining = False
+        self.ended_how: str | None = None  # how open streams were ended (the engine stopped)
+        self.on_close_listener: Callable[[], None] = lambda: None
+        self._exit_scheduled = False
         self.running = 0
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
         self.streams: set[Stream] = set()
@@ -344,28 +372,54 @@ class Engine:
         self.metrics.kv_cache.set(self.running / self.s.max_num_seqs)
 
     # --- shutdown ----------------------------------------------------------
+    def busy(self) -> bool:
+        """Admission limit reached (--max-num-queued-reqs N): a new request gets 503.
+        Measured on vLLM 0.32 with one busy slot: N admits N - 1 waiting requests."""
+        limit = self.s.max_num_queued_reqs
+        full = self.running >= self.s.max_num_seqs
+        return bool(limit) and full and len(self.waiting) >= limit - 1
+
     def begin_shutdown(self) -> None:
-        """SIGTERM, as vLLM v0.18+ (or older, per shutdown_mode) handles it."""
+        """SIGTERM: drain for shutdown_timeout_s, or end every stream now (vLLM's default)."""
         if self.draining:
             return
         self.draining = True
         if self.s.shutdown_timeout_s > 0:
-            asyncio.get_running_loop().call_later(self.s.shutdown_timeout_s, self._end_all, "abort")
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.s.shutdown_timeout_s, self.stop_engine)
+            self.maybe_exit()
         else:
-            self._end_all(self.s.shutdown_mode)
-        self.maybe_exit()
+            self.stop_engine()
 
-    def _end_all(self, how: str) -> None:
+    def stop_engine(self) -> None:
+        """The engine stops serving: streams still open end as shutdown_mode says."""
+        if self.ended_how is not None:
+            return
+        how = self.s.shutdown_mode
+        if how == "race":
+            how = race_ending(self.s.seed, self.s.port)
+        self.ended_how = how
+        if how in ("error_event", "hang"):
+            self.on_close_listener()  # vLLM 0.32 closes its listener within 0.16 s
         for stream in list(self.streams):
             stream.ending = how
             stream.woken.set()
+        if how == "error_event":
+            asyncio.get_running_loop().call_later(ERROR_EXIT_S, self.on_exit)
+            self._exit_scheduled = True
         self.maybe_exit()
 
     def maybe_exit(self) -> None:
-        if not self.draining or self.s.shutdown_mode == "hang" and self.s.shutdown_timeout_s == 0:
+        """Exit once no stream is left: at once when the engine was stopped (in hang
+        mode, once the clients of the hung streams have gone), after the teardown when a
+        drain finished cleanly."""
+        if not self.draining or self.streams or self._exit_scheduled:
             return
-        if not self.streams:
+        self._exit_scheduled = True
+        if self.ended_how is not None:
             self.on_exit()
+        else:
+            asyncio.get_running_loop().call_later(self.s.shutdown_teardown_s, self.on_exit)
 
     def stats(self) -> dict:
         lags = sorted(self.lag_s)
@@ -414,7 +468,12 @@ def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict)
         raise BadRequest(400, "request body must be a JSON object")
     model = data.get("model", settings.model)
     if model != settings.model:
-        raise BadRequest(404, f"The model `{model}` does not exist.", "NotFoundError")
+        raise BadRequest(
+            404,
+            f"The model `{model}` does not exist. Valid aliases: {settings.model}.",
+            "NotFoundError",
+            param="model",
+        )
     if chat:
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -435,6 +494,14 @@ def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict)
     max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise BadRequest(400, f"max_tokens must be at least 1, got {max_tokens}.")
+    if settings.max_model_len and max_tokens is not None and max_tokens > settings.max_model_len:
+        raise BadRequest(
+            400,
+            f"max_tokens={max_tokens} cannot be greater than max_model_len="
+            f"{settings.max_model_len}. Please request fewer output tokens. "
+            f"(parameter=max_tokens, value={max_tokens})",
+            param="max_tokens",
+        )
     stream_options = data.get("stream_options") or {}
     fault = None
     if FAULT_HEADER in headers:
@@ -488,7 +555,8 @@ class SimApp:
             else:
                 await _respond(send, 404, error_body(404, f"Not Found: {path}", "NotFoundError"))
         except BadRequest as exc:
-            await _respond(send, exc.status, error_body(exc.status, exc.message, exc.err_type))
+            body = error_body(exc.status, exc.message, exc.err_type, exc.param)
+            await _respond(send, exc.status, body)
 
     async def _health(self, send: Send) -> None:
         if not self.engine.ready:
@@ -509,7 +577,7 @@ class SimApp:
                     "created": 0,
                     "owned_by": "rollcheck",
                     "root": self.s.model,
-                    "max_model_len": 8192,
+                    "max_model_len": self.s.max_model_len or 8192,
                 }
             ],
         }
@@ -541,10 +609,19 @@ class SimApp:
             msg = f"injected error {fault.status}"
             await _respond(send, fault.status, error_body(fault.status, msg, "ServiceUnavailable"))
             return
+        if self.engine.draining and (
+            self.s.drain_new_requests == "500" or self.engine.ended_how is not None
+        ):
+            # vLLM 0.32 refuses new work while it drains, and closes the connection
+            await _respond(send, 500, SHUTDOWN_500, close=True)
+            return
         if self.engine.draining and self.s.drain_new_requests == "503":
             await _respond(
                 send, 503, error_body(503, "server is shutting down", "ServiceUnavailable")
             )
+            return
+        if self.engine.busy():
+            await _respond(send, 503, BUSY_503)
             return
         tokens, finish = text.answer(
             req.prompt,
@@ -573,15 +650,18 @@ class SimApp:
             self.engine.streams.discard(stream)
             self.engine.maybe_exit()
 
-    def _chunk(self, req: Request, created: int, choice: dict | None, **extra) -> bytes:
+    def _chunk(
+        self, req: Request, created: int, choice: dict | None, terminal: bool = False, **extra
+    ) -> bytes:
         obj: dict = {
             "id": ("chatcmpl-" if req.chat else "cmpl-") + req.request_id,
             "object": "chat.completion.chunk" if req.chat else "text_completion",
             "created": created,
             "model": self.s.model,
-            "system_fingerprint": self.fingerprint,
             "choices": [choice] if choice is not None else [],
         }
+        if terminal:  # vLLM 0.32 puts system_fingerprint on the last JSON chunk only
+            obj["system_fingerprint"] = self.fingerprint
         obj.update(extra)
         if self.s.send_timestamps:
             obj["rollcheck_sent_at"] = time.time()
@@ -639,7 +719,9 @@ class SimApp:
 
         async def finish_with(reason: str | None, done: bool = True) -> None:
             if reason is not None:
-                await emit(self._chunk(req, created, self._choice(req, None, reason)))
+                if not rode_last:
+                    choice = self._choice(req, None, reason)
+                    await emit(self._chunk(req, created, choice, terminal=not req.include_usage))
                 metrics.success(reason)
             if req.include_usage and reason is not None:
                 usage = {
@@ -647,17 +729,14 @@ class SimApp:
                     "completion_tokens": sent_tokens,
                     "total_tokens": text.prompt_tokens(req.prompt) + sent_tokens,
                 }
-                await emit(self._chunk(req, created, None, usage=usage))
+                await emit(self._chunk(req, created, None, terminal=True, usage=usage))
             if done:
                 await emit(b"data: [DONE]\n\n")
 
         sent_tokens = 0
         admitted = False
+        rode_last = False  # the last token's chunk carried the finish_reason
         try:
-            if req.chat:
-                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-                role.update(logprobs=None, finish_reason=None)
-                await emit(self._chunk(req, created, role))
             if stream.ending is None:
                 admitted = await engine.admit(stream)
             metrics.prompt_tokens.inc(text.prompt_tokens(req.prompt))
@@ -669,6 +748,26 @@ class SimApp:
                     )
                 except TimeoutError:
                     pass
+            if req.chat and admitted and not decode_over(stream, disconnected):
+                # vLLM: a queued request gets headers and then nothing; the role chunk
+                # comes with its first token
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+                role.update(logprobs=None, finish_reason=None)
+                await emit(self._chunk(req, created, role))
+            # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
+            midstream = (
+                fault is not None
+                and fault.kind != "http_error"
+                and fault.after_tokens < len(tokens)
+            )
+            last = None
+            if not req.include_usage and not midstream:
+                # vLLM 0.32 without include_usage: the last token rides on the finish chunk
+                def last(token: str) -> bytes:
+                    return self._chunk(
+                        req, created, self._choice(req, token, finish), terminal=True
+                    )
+
             decode = Decode(
                 self,
                 stream,
@@ -678,15 +777,11 @@ class SimApp:
                 disconnected,
                 first_at=next_at,
                 on_first=lambda: metrics.ttft.observe(time.monotonic() - t_start),
-            )
-            # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
-            midstream = (
-                fault is not None
-                and fault.kind != "http_error"
-                and fault.after_tokens < len(tokens)
+                last=last,
             )
             await decode.run(fault.after_tokens if midstream else len(tokens))
             sent_tokens = decode.sent
+            rode_last = last is not None and bool(tokens) and sent_tokens == len(tokens)
             if midstream and sent_tokens == fault.after_tokens and not decode.over():
                 if fault.kind == "error_event":
                     err = {"message": "injected engine error", "type": "InternalServerError"}
@@ -702,7 +797,16 @@ class SimApp:
                 metrics.success("abort")
                 return
             if stream.ending == "hang":
-                await asyncio.Event().wait()  # until SIGKILL
+                # no more bytes; vLLM 0.32 holds the socket until the client gives up
+                # (or SIGKILL), and exits once every such client has gone
+                await disconnected.wait()
+                return
+            if stream.ending == "error_event":
+                # no finish chunk and no usage chunk, even with include_usage
+                await emit(b"data: " + json.dumps(ENGINE_CORE_ERROR).encode() + b"\n\n")
+                await emit(b"data: [DONE]\n\n")
+                metrics.success("error")
+                return
             if stream.ending == "legacy":
                 return  # pre-0.18: the stream closes with neither finish nor [DONE]
             if stream.ending == "abort" and sent_tokens < len(tokens):
@@ -777,16 +881,23 @@ async def _keep_alive(send: Send, interval_s: float) -> None:
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
+def race_ending(seed: int, port: int) -> str:
+    """Which of vLLM 0.32's two endings at SIGTERM this process takes: seeded by the
+    settings and the port, so a run repeats, and pods of one config differ."""
+    return random.Random(f"{seed}:{port}").choice(["error_event", "hang"])
+
+
+def decode_over(stream: Stream, disconnected: asyncio.Event) -> bool:
+    return stream.ending is not None or disconnected.is_set()
+
+
 async def _respond(
-    send: Send, status: int, body: bytes, ctype: bytes = b"application/json"
+    send: Send, status: int, body: bytes, ctype: bytes = b"application/json", close: bool = False
 ) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

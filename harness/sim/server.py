@@ -45,6 +45,12 @@ async def serve(settings: SimSettings) -> None:
         server.should_exit = server.force_exit = True
 
     app.engine.on_exit = exit_now
+
+    def close_listener() -> None:
+        for listener in getattr(server, "servers", []):
+            listener.close()  # new connections are refused; open ones carry on
+
+    app.engine.on_close_listener = close_listener
     stop_startup = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: (stop_startup.set(), app.engine.begin_shutdown()))

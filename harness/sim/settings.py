@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-SHUTDOWN_MODES = ("abort", "legacy", "hang")
+# How streams still open end when the engine stops serving them (at SIGTERM with
+# --shutdown-timeout 0, or at the drain deadline). Measured on vLLM 0.32 (docs/facts.md):
+# a race between `error_event` (the EngineCore error in the stream, then [DONE]; exit
+# about 0.35 s later) and `hang` (no more bytes, sockets left open, no exit until
+# SIGKILL); in both the listener closes at once. `race` picks one per process, seeded.
+# `abort` (finish_reason abort + [DONE]) is what other builds' source promises;
+# `legacy` closes without finish or [DONE] (before v0.18).
+SHUTDOWN_MODES = ("race", "error_event", "hang", "abort", "legacy")
+DRAIN_NEW_REQUESTS = ("500", "abort", "503")
 FAULT_KINDS = ("http_error", "error_event", "stall", "crash")
 
 
@@ -29,9 +37,13 @@ class SimSettings:
     startup_s: float = 0.0
     startup_health_503: bool = False
     shutdown_timeout_s: float = 0.0
-    shutdown_mode: str = "abort"
-    drain_new_requests: str = "abort"
+    shutdown_mode: str = "race"
+    drain_new_requests: str = "500"
     drain_health: int = 200
+    shutdown_teardown_s: float = 5.5
+    # admission and limits
+    max_num_queued_reqs: int = 0
+    max_model_len: int = 0
     enable_request_id_headers: bool = False
     sse_keep_alive_interval_s: float = 0.0
     send_timestamps: bool = False
@@ -46,8 +58,10 @@ class SimSettings:
     def validate(self) -> None:
         if self.shutdown_mode not in SHUTDOWN_MODES:
             raise ValueError(f"shutdown_mode must be one of {', '.join(SHUTDOWN_MODES)}")
-        if self.drain_new_requests not in ("abort", "503"):
-            raise ValueError("drain_new_requests must be 'abort' or '503'")
+        if self.drain_new_requests not in DRAIN_NEW_REQUESTS:
+            raise ValueError(f"drain_new_requests must be one of {', '.join(DRAIN_NEW_REQUESTS)}")
+        if self.max_num_queued_reqs < 0 or self.max_model_len < 0:
+            raise ValueError("max_num_queued_reqs and max_model_len must be >= 0 (0: no limit)")
         if self.drain_health not in (200, 503):
             raise ValueError("drain_health must be 200 or 503")
         if self.max_num_seqs < 1:
@@ -80,10 +94,19 @@ _HELP = {
     "startup_health_503": "during startup, listen and answer /health 503 instead of refusing",
     "shutdown_timeout_s": "SIGTERM drain: 0 = abort in-flight at once (vLLM default), "
     "N = keep serving in-flight streams up to N s",
-    "shutdown_mode": "how in-flight streams end in abort mode: abort (v0.18+), "
-    "legacy (close without finish or [DONE], pre-0.18), hang (never close until SIGKILL)",
-    "drain_new_requests": "new requests while draining: abort (200 then finish_reason abort, "
-    "as vLLM) or 503",
+    "shutdown_mode": "how streams still open end at SIGTERM with --shutdown-timeout 0 or at "
+    "the drain deadline: race (vLLM 0.32 as measured: error_event or hang, seeded per process), "
+    "error_event (EngineCore error event + [DONE], exit 0.35 s later), hang (no more bytes, "
+    "no exit until SIGKILL), abort (finish_reason abort + [DONE]), legacy (close without "
+    "finish or [DONE], pre-0.18)",
+    "drain_new_requests": "new requests while draining: 500 (vLLM 0.32: HTTP 500 'cannot "
+    "schedule new futures after shutdown', connection closed), abort (200 then "
+    "finish_reason abort) or 503",
+    "shutdown_teardown_s": "after the last stream of a drain, time until the process exits "
+    "(vLLM 0.32: about 5.5 s); new requests still get the drain answer meanwhile",
+    "max_num_queued_reqs": "admission limit: requests waiting beyond it get 503 (0: unbounded, "
+    "vLLM's default)",
+    "max_model_len": "max_tokens above it is a 400 with param max_tokens (0: no limit)",
     "drain_health": "/health status while draining: 200 (vLLM) or 503",
     "enable_request_id_headers": "echo X-Request-Id in the response headers",
     "sse_keep_alive_interval_s": "send ': keep-alive' comments every N s (0 = off)",

@@ -20,12 +20,24 @@ def failed_checks(summary: dict) -> set[str]:
 CASES = [
     # (id, -k, sets, outcomes that must appear, checks that must fail)
     (
-        "drain-abort-mode",
+        # vLLM 0.32's default: the engine core is killed at SIGTERM; streams get the
+        # EngineCore error event or hang (a race, seeded per pod)
+        "drain-vllm-default",
         "drain and pod",
         ["engine.shutdown_timeout_s=0", LONG],
-        {"aborted"},
-        {"in_flight_streams_finish"},
+        {"error_event", "hung"},
+        {"in_flight_streams_finish", "no_broken_streams"},
     ),
+    *[
+        (
+            f"drain-vllm-default-{mode}",
+            "drain and pod",
+            ["engine.shutdown_timeout_s=0", f"engine.shutdown_mode={mode}", LONG],
+            {outcome},
+            {"in_flight_streams_finish"},
+        )
+        for mode, outcome in (("error_event", "error_event"), ("abort", "aborted"))
+    ],
     (
         "drain-legacy-engine",
         "drain and pod",
@@ -51,21 +63,21 @@ CASES = [
         "drain-no-prestop-slow-gateway",
         "drain and pod",
         ["pod.prestop_s=0", "gateway.endpoint_delay_s=2"],
-        {"aborted"},
+        {"http_error"},  # vLLM 0.32: 500 'cannot schedule new futures after shutdown'
         {"no_abort_after_sigterm"},
     ),
     (
-        "rollout-abort-mode",
+        "rollout-vllm-default",
         "rollout and surge1",
         ["engine.shutdown_timeout_s=0", LONG],
-        {"aborted"},
+        {"error_event", "hung"},
         {"no_broken_streams"},
     ),
     (
         "scale-to-zero-rate-scaler",
         "scale_to_zero",
         ["autoscaler.policy=rate"],
-        {"aborted"},
+        {"error_event", "hung"},  # the answer outlived the drain: cut at its deadline
         {"long_answer_finishes"},
     ),
     (
@@ -113,7 +125,8 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
     assert len(summaries) == 8
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
-        assert s["goodput"]["all"]["share"] > 0.9, s["goodput"]  # the headline figure
+        if s["scenario"] != "scale_up":  # a load step queues by design, until replicas start
+            assert s["goodput"]["all"]["share"] > 0.9, s["goodput"]  # the headline figure
         assert s["attribution"]["traced"] == s["requests"]  # the local gateway traces all
         kept = {"complete", "cancelled"}
         if s["scenario"] != "pod_kill":  # a killed pod's own streams fail, by design
