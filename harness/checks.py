@@ -394,14 +394,17 @@ def _victim_times(d: RunData, kinds: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _in_flight_on_victims(d: RunData, kinds: tuple[str, ...]):
-    """(traced streams in flight on each victim at its own moment, untraced ones in flight
-    at any victim's moment, a description of when)."""
-    times = _victim_times(d, kinds)
+def _in_flight_on_victims(d: RunData):
+    """Streams sent before a victim's SIGTERM and still open at its deletion (the drain
+    can break them): (traced to the victim, untraced, each victim's SIGTERM time)."""
+    times = _victim_times(d, ("sigterm", "terminating"))
     traced: dict[str, StreamRecord] = {}
     untraced: dict[str, StreamRecord] = {}
     for v, t in times.items():
-        for r in in_flight_at(d.records, t):
+        deleted = d.victim_time(v, ("terminating",)) or t
+        for r in d.records:
+            if not (r.sent_at <= t and r.ended_at > min(deleted, t)):
+                continue
             if r.pod == v:
                 traced[r.request_id] = r
             elif r.pod is None:
@@ -421,7 +424,7 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     name, expected = "in_flight_streams_finish", "every one ends normally"
     if not d.victims:
         return inconclusive(name, expected, "no pod was named as the disruption's target")
-    traced, untraced, times = _in_flight_on_victims(d, ("sigterm", "terminating"))
+    traced, untraced, times = _in_flight_on_victims(d)
     if not times:
         return inconclusive(name, expected, "the disruption was never observed on the victim")
     hint_of = lambda bad: hint_for_outcomes(bad) if bad else None  # noqa: E731
@@ -429,7 +432,7 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     victims = ", ".join(d.victims)
     metric = sum(d.victim_in_flight.get(v, 0) for v in d.victims)
     if traced:
-        population = f"streams in flight at SIGTERM: {_by_pod(traced)}"
+        population = f"streams in flight from deletion to SIGTERM: {_by_pod(traced)}"
         if untraced:
             population += f", and {len(untraced)} untraced streams in flight then"
         judged_recs = traced + untraced

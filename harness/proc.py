@@ -82,6 +82,7 @@ PID_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "roll
 # Process groups we may reap: a process still in the group names one of these.
 OURS = (
     "harness.cli sim",
+    "vllm serve",
     "nginx",
     "etcd",
     "kube-apiserver",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness import checks as C
 from harness import verdict as V
-from harness.cluster import Target, TargetError
+from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
 from harness.gateway import attach_errors, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
@@ -105,6 +105,24 @@ class Scenario:
         self.victims = list(pods)
         if not self.dry_run:
             self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
+
+    def evict(self, pod: str) -> None:
+        """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
+        self._gated(lambda: self.target.evict_pod(pod, self.cfg.scenario.eviction_retry_s))
+
+    def drain(self, node: str) -> None:
+        """Cordon the node and evict its pods, each retried as evict() is."""
+        self._gated(lambda: self.target.drain_node(node, self.cfg.scenario.eviction_retry_s))
+
+    def _gated(self, act: Callable[[], object]) -> None:
+        try:
+            act()
+        except EvictionRefused as exc:
+            self.inconclusive(
+                f"the disruption could not be made: the PodDisruptionBudget refused the "
+                f"eviction for scenario.eviction_retry_s ({exc}); lower pdb.min_available "
+                "or run more replicas"
+            )
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""

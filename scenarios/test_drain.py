@@ -21,12 +21,12 @@ def test_drain(scenario, what):
     if what == "pod":
         scenario.disturb(victim.name)
         scenario.record_health(victim.name)
-        scenario.target.evict_pod(victim.name, retry_deadline_s=30)
+        scenario.evict(victim.name)
     else:
         on_node = [p.name for p in scenario.target.pods() if p.node == victim.node]
         scenario.disturb(*on_node)
         scenario.record_health(victim.name)
-        scenario.target.drain_node(victim.node, retry_deadline_s=60)
+        scenario.drain(victim.node)
 
     # observe
     scenario.wait_recovered()

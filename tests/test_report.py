@@ -185,3 +185,33 @@ def test_chromium_draws_the_report_without_console_errors(tmp_path):
     colored = img.width * img.height - img.histogram()[255]
     assert colored > 0.02 * img.width * img.height  # bars, lines and points were drawn
     assert seen["visible"] == 2  # the header row and the one matching stream
+
+
+def test_timeline_window_is_the_scenario_not_the_pods_history():
+    """On a cluster pods are hours old: the timeline spans the scenario, clips the pods'
+    history (and says so), and names pods whole after their common prefix."""
+    import re
+
+    from harness.cluster.events import Event
+    from harness.report.html import LEFT, RIGHT, W, _timeline_svg
+    from harness.streams import StreamRecord
+
+    t = 1_000_000.0
+    pods = ["rollcheck-sim-57996cdbdc-zml9z", "rollcheck-sim-57996cdbdc-abcde"]
+    events = [Event(t - 3600, "pod_created", p, None, "v1", {}) for p in pods]
+    events += [Event(t - 3590, "ready", p, None, "v1", {}) for p in pods]
+    events += [Event(t + 10, "sigterm", pods[0], None, "v1", {})]
+    records = [
+        StreamRecord(f"r{i}", "complete", t + i, 2.0, status=200, ttft_s=0.1) for i in range(20)
+    ]
+    svg = _timeline_svg(records, events, t + 10, window=(t - 2, t + 24))
+    xs = [float(x) for x in re.findall(r"<circle cx=\"?([\d.]+)", svg)]
+    width = W - RIGHT - LEFT
+    assert min(xs) - LEFT < 0.15 * width and W - RIGHT - max(xs) < 0.2 * width
+    assert "◀ created -3610 s" in svg  # the clipped history, marked
+    assert "pods (rollcheck-sim-57996cdbdc-…)" in svg
+    assert ">zml9z<" in svg and ">abcde<" in svg  # whole names, not cut at the left edge
+    # without the window (the old behaviour) the scenario is squeezed into a sliver
+    old = _timeline_svg(records, events, t + 10)
+    xs_old = [float(x) for x in re.findall(r"<circle cx=\"?([\d.]+)", old)]
+    assert max(xs_old) - min(xs_old) < 0.05 * width

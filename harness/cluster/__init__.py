@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from harness.cluster.events import Event
+from harness.errors import RollcheckError
 
 
 @dataclass
@@ -33,8 +34,12 @@ class PodView:
     created_at: float
 
 
-class TargetError(RuntimeError):
+class TargetError(RollcheckError, RuntimeError):
     """The target cannot do what was asked: one clear line."""
+
+
+class EvictionRefused(TargetError):
+    """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
 
 
 class Target(abc.ABC):

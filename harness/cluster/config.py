@@ -17,6 +17,49 @@ from loadgen.settings import LoadSettings
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
 
 
+ENGINE_KINDS = ("sim", "vllm")
+
+
+@dataclass
+class EngineSettings(SimSettings):
+    """The engine each local pod runs: the simulator (its settings are these fields), or
+    real vLLM's CPU build (scripts/build-vllm) on a locally built model; the shared
+    fields (shutdown_timeout_s, max_num_seqs, model) apply to both."""
+
+    kind: str = "sim"
+    real_model: str = "slow"  # vllm: tiny (about 1 ms a token) or slow (about 13-60 ms)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.kind not in ENGINE_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ENGINE_KINDS)}, not {self.kind!r}")
+        if self.real_model not in ("tiny", "slow"):
+            raise ValueError(f"real_model must be tiny or slow, not {self.real_model!r}")
+
+
+# engine.kind: vllm brings the real engine's time scale on 2 CPU cores (start-up 35-75 s,
+# about 60 ms a token with 4 streams); laid over the config file, under every --set.
+REAL_ENGINE_DEFAULTS = {
+    "engine": {"shutdown_timeout_s": 20, "max_num_seqs": 4},
+    "pod": {
+        "prestop_s": 1.0,
+        "termination_grace_s": 30,  # > preStop + shutdown_timeout_s
+        "startup_probe": {"period_s": 1.0, "failure_threshold": 240},
+        "readiness_probe": {"period_s": 0.5, "failure_threshold": 1},
+        "liveness_probe": {"period_s": 5.0, "failure_threshold": 6},
+    },
+    "load": {
+        "users": 4,
+        # answers outlast the preStop, so streams are in flight at SIGTERM (3-12 s)
+        "max_tokens": [{"tokens": 60, "weight": 0.6}, {"tokens": 200, "weight": 0.4}],
+        "stop_timeout_s": 30,
+    },
+    "slo": {"ttft_s": 5.0, "stall_timeout_s": 20},
+    "scenario": {"recovery_s": 300, "steady_state_s": 120, "cool_down_s": 3},
+    "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time
+}
+
+
 @dataclass
 class Probe:
     period_s: float = 0.2
@@ -156,6 +199,9 @@ class ScenarioTiming:
     # nginx logs a request when its connection closes: how long to wait for the run's
     # last request to appear in the access log before judging
     gateway_log_wait_s: float = 5.0
+    # drain: how long an eviction the PodDisruptionBudget refuses is retried (429s) before
+    # the run is inconclusive (a node drain retries each of its pods this long)
+    eviction_retry_s: float = 30.0
     kill_signal: str = "SIGKILL"  # pod_kill: SIGKILL (OOM, crash) or SIGSTOP (a frozen node)
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
@@ -196,7 +242,7 @@ class RunConfig:
     nodes: int = 2
     gpus_per_node: int = 0  # 0 = unlimited
     version: str = "v1"
-    engine: SimSettings = field(default_factory=SimSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
     pod: PodSettings = field(default_factory=PodSettings)
     strategy: Strategy = field(default_factory=Strategy)
     pdb: PDB = field(default_factory=PDB)
@@ -224,9 +270,22 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
     if path is None and DEFAULT_CONFIG.exists():
         path = DEFAULT_CONFIG
     data = load_yaml(path) if path is not None else {}
+    kind = (apply_sets(data, sets or []).get("engine") or {}).get("kind")
+    if kind == "vllm":
+        data = _merged(data, REAL_ENGINE_DEFAULTS)
     data = apply_sets(data, sets or [])
     where = str(path) if path else "config"
     try:
         return build(RunConfig, data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out

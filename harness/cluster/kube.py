@@ -26,11 +26,11 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from harness.cluster import PodView, Target, TargetError
+from harness.cluster import EvictionRefused, PodView, Target, TargetError
 from harness.cluster.config import RunConfig
 from harness.cluster.events import Event, EventLog
 from harness.cluster.kubelocal.agent import prestop_s
-from harness.cluster.local.controller import EvictionRefused, parse_metrics
+from harness.cluster.local.controller import parse_metrics
 from harness.sim.settings import flag_name
 
 OPT_IN = "rollcheck.io/allow-chaos"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -130,7 +131,11 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         "<h2>Timeline</h2>",
         _legend(),
         _timeline_svg(
-            records, events, t0, ((summary.get("config") or {}).get("slo") or {}).get("ttft_s")
+            records,
+            events,
+            t0,
+            ((summary.get("config") or {}).get("slo") or {}).get("ttft_s"),
+            window=_window(summary),
         ),
         _rollout_table(summary),
         "<h2>Streams that did not complete</h2>",
@@ -272,11 +277,34 @@ def _legend() -> str:
 
 
 class _Scale:
+    """Linear, and clamped to its range: what lies outside the window is drawn at its edge."""
+
     def __init__(self, lo: float, hi: float, a: float, b: float):
         self.lo, self.hi, self.a, self.b = lo, hi if hi > lo else lo + 1, a, b
 
     def __call__(self, v: float) -> float:
+        v = min(max(v, self.lo), self.hi)
         return round(self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a), 1)
+
+
+WINDOW_MARGIN_S = 2.0
+
+
+def _window(summary: dict) -> tuple[float, float] | None:
+    """The scenario's own span (steady state to the end of the load), with a margin:
+    on a real cluster pods are hours old, and their history is not the scenario."""
+    start, end = summary.get("t_start"), summary.get("t_end")
+    if start is None or end is None:
+        return None
+    return start - WINDOW_MARGIN_S, end + WINDOW_MARGIN_S
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The prefix all pod names share, up to its last '-' (named once, not cut off)."""
+    if len(names) < 2:
+        return ""
+    prefix = os.path.commonprefix(names)
+    return prefix[: prefix.rfind("-") + 1] if "-" in prefix else ""
 
 
 def _pod_spans(events: list[Event]) -> list[dict]:
@@ -309,26 +337,40 @@ def _pod_spans(events: list[Event]) -> list[dict]:
 
 
 def _timeline_svg(
-    records: list[StreamRecord], events: list[Event], t0: float, slo: float | None = None
+    records: list[StreamRecord],
+    events: list[Event],
+    t0: float,
+    slo: float | None = None,
+    window: tuple[float, float] | None = None,
 ) -> str:
     spans = _pod_spans(events)
     times = [r.sent_at for r in records] + [r.ended_at for r in records] + [e.t for e in events]
     if not times:
         return "<p class=muted>Nothing to draw: no records and no events.</p>"
     lo, hi = min(times) - t0, max(times) - t0
+    if window is not None:
+        lo, hi = window[0] - t0, window[1] - t0
     x = _Scale(lo, hi, LEFT, W - RIGHT)
     versions = sorted({s["version"] or "?" for s in spans} | {r.version or "?" for r in records})
     vcolor = {v: VERSION_COLORS[i % len(VERSION_COLORS)] for i, v in enumerate(versions)}
     out: list[str] = []
     y = 20
-    # lane 1: pods
-    out.append(f"<text x=8 y={y - 6} font-size=12 font-weight=600>pods</text>")
+    # lane 1: pods, named after their common prefix
+    prefix = _common_prefix([s["pod"] for s in spans])
+    title = f"pods ({prefix}…)" if prefix else "pods"
+    out.append(f"<text x=8 y={y - 6} font-size=12 font-weight=600>{_e(title)}</text>")
+    spans = [s for s in spans if (s["removed"] or hi + t0) - t0 >= lo]  # gone before: not drawn
     for s in sorted(spans, key=lambda s: s["created"]):
         end = (s["removed"] or hi + t0) - t0
         created, ready = s["created"] - t0, (s["ready"] or end + t0) - t0
         term = (s["terminating"] or end + t0) - t0
         c = vcolor[s["version"] or "?"]
-        out.append(f"<text x=8 y={y + 9} font-size=10>{_e(s['pod'][-24:])}</text>")
+        out.append(f"<text x=8 y={y + 9} font-size=10>{_e(s['pod'][len(prefix) :])}</text>")
+        if created < lo:  # started before the window: its history is clipped, and says so
+            out.append(
+                f"<text x={LEFT + 2} y={y + 9} font-size=9 fill=#555 class=clipped>◀ created "
+                f"{created:+.0f} s</text>"
+            )
         out.append(
             f"<rect x={x(created)} y={y} width={max(1, x(ready) - x(created))} height=10 "
             f"fill={c} opacity=0.3><title>{_e(s['pod'])} starting</title></rect>"

@@ -11,10 +11,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness.cluster import TargetError
+from harness.cluster import EvictionRefused, TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
-from harness.cluster.local.controller import EvictionRefused
 from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for, wait_pdb_healthy
 from tests.scenario_runs import run_scenarios
 

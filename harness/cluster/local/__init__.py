@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 
-from harness.cluster import Target, TargetError
+from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.events import Event, EventLog
-from harness.cluster.local.controller import Controller, EvictionRefused, Template, scrape
+from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.gateway import Nginx
 from harness.config import ConfigError, build
 from harness.proc import PidFile, free_port, reap_leftovers
@@ -42,6 +42,12 @@ class LocalTarget(Target):
 
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
+        if self.cfg.engine.kind == "vllm":
+            from harness.engines import vllm
+
+            surge, _ = self.cfg.strategy.resolve(self.cfg.replicas)
+            vllm.check_memory(self.cfg.replicas + max(1, surge))  # a replacement overlaps
+            vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)  # built once
         reap_leftovers()
         self.gateway.start()
         self._remember("nginx", self.gateway.proc.pid)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.cluster import PodView
+from harness.cluster import EvictionRefused, PodView
 from harness.cluster.config import RunConfig
 from harness.cluster.events import EventLog
 from harness.cluster.local.gateway import Nginx
@@ -31,10 +31,6 @@ from harness.proc import sim_command
 from harness.sim.settings import SimSettings
 
 TICK_S = 0.05
-
-
-class EvictionRefused(RuntimeError):
-    """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +271,8 @@ class Controller:
         name = f"{self.cfg.kube.deployment}-{t.version}-{self._seq}"
         ip, port = self._address()
         engine = replace(t.engine, host=ip, port=port, model_version=t.version)
-        spec = PodSpec(name, t.version, node, ip, port, sim_command(engine), self.cfg.pod)
+        command, env = engine_command(engine, core=self._seq)
+        spec = PodSpec(name, t.version, node, ip, port, command, self.cfg.pod, env)
         pod = PodRunner(spec, self.events.emit, self.run_dir / "pods", on_change=self.wake)
         self.pods[name] = pod
         self.templates[name] = t
@@ -389,3 +386,21 @@ def parse_metrics(text: str) -> dict[str, float]:
         if m:
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
     return out
+
+
+def engine_command(engine, core: int = 0) -> tuple[list[str], dict | None]:
+    """The container's command: `rollcheck sim`, or `vllm serve` on a locally built model
+    (the pod's version comes from the config; vLLM's own fingerprint names its build)."""
+    if getattr(engine, "kind", "sim") != "vllm":
+        return sim_command(engine), None
+    from harness.engines import vllm
+
+    command = vllm.serve_command(
+        engine.host,
+        engine.port,
+        vllm.model_dir(engine.real_model, engine.seed),
+        engine.model,
+        shutdown_timeout_s=engine.shutdown_timeout_s,
+        max_num_seqs=engine.max_num_seqs,
+    )
+    return command, vllm.serve_env(core)
