@@ -47,10 +47,10 @@ HINTS = {
     "deadline, OOM, crash) or the gateway cut the upstream; raise "
     "terminationGracePeriodSeconds above preStop + the engine's shutdown timeout",
     Outcome.HUNG: "streams stopped without an error and the client had to give up: an engine "
-    "that died at SIGTERM without closing its streams (vLLM 0.32 with the default "
-    "--shutdown-timeout 0 leaves them open until SIGKILL in about half of its shutdowns), or "
-    "a frozen engine. Set --shutdown-timeout so the engine drains, and give clients a stall "
-    "timeout",
+    "that died at SIGTERM without closing its streams (vLLM 0.32 with its default "
+    "--shutdown-timeout 0 does this in about half of its shutdowns, and holds the sockets "
+    "until the client gives up or SIGKILL), or a frozen engine. Set --shutdown-timeout to "
+    "about the p99 answer time so the engine drains, and give clients a stall timeout",
     Outcome.ERROR_EVENT: "the engine sent an error object inside the stream (followed by [DONE]); "
     "a checker that only looks for [DONE] would call these successes",
     Outcome.HTTP_ERROR: "requests got a non-2xx status: no ready endpoint (503), the gateway "
