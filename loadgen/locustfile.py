@@ -26,8 +26,8 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
 from harness.proc import pid_alive
+from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamRecord, Thresholds
-from harness.streams.summary import quantile_of_sorted
 from loadgen.settings import LoadSettings, draw, prompt_text
 
 RUNTIME = json.loads(Path(os.environ["ROLLCHECK_LOAD_CONFIG"]).read_text())

@@ -29,8 +29,8 @@ from kubernetes.config.config_exception import ConfigException
 from harness.cluster import EvictionRefused, PodView, Target, TargetError
 from harness.cluster.config import RunConfig
 from harness.cluster.events import Event, EventLog
-from harness.cluster.kubelocal.agent import prestop_s
-from harness.cluster.local.controller import parse_metrics
+from harness.cluster.metrics import parse_metrics
+from harness.cluster.podspec import prestop_s
 from harness.sim.settings import flag_name
 
 OPT_IN = "rollcheck.io/allow-chaos"

@@ -23,9 +23,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from harness.quantiles import quantile_of_sorted
 from harness.sim import text
 from harness.sim.settings import FAULT_KINDS, SimSettings
-from harness.streams.summary import quantile_of_sorted
 
 Scope = dict
 Receive = Callable[[], Awaitable[dict]]

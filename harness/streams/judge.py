@@ -18,9 +18,9 @@ import enum
 import json
 from dataclasses import dataclass
 
+from harness.quantiles import quantile_of_sorted
 from harness.streams.record import Outcome, StreamRecord
 from harness.streams.sse import SSEEvent, SSEParser
-from harness.streams.summary import quantile_of_sorted
 
 # vLLM's normal ends, plus the two other ends OpenAI-compatible servers use.
 NORMAL_FINISH = frozenset(

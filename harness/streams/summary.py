@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from harness.quantiles import percentile, quantile_of_sorted
 from harness.streams.record import FLAGS, Outcome, StreamRecord
+
+__all__ = ["count_flags", "count_outcomes", "latency_summary", "percentile", "quantile_of_sorted"]
 
 
 def count_outcomes(records: Iterable[StreamRecord]) -> dict[str, int]:
@@ -16,26 +19,6 @@ def count_outcomes(records: Iterable[StreamRecord]) -> dict[str, int]:
 def count_flags(records: Iterable[StreamRecord]) -> dict[str, int]:
     counts = Counter(f for r in records for f in r.flags)
     return {f: counts.get(f, 0) for f in FLAGS}
-
-
-def quantile_of_sorted(ordered: Sequence[float], q: float) -> float | None:
-    """The value at index int(q * n) of values sorted already, q in [0, 1].
-
-    For figures computed on every record or scrape, where the caller sorts once and
-    reads several quantiles; percentile() below is the nearest-rank report figure.
-    """
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile, p in [0, 100]."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
 
 
 def latency_summary(records: Sequence[StreamRecord]) -> dict:

@@ -25,9 +25,8 @@ from harness.cluster.config import PodSettings, Probe
 from harness.cluster.events import EventLog
 from harness.cluster.kubelocal.podnet import PodNetwork
 from harness.cluster.local.kubelet import PodRunner, PodSpec
-from harness.lint import prestop_sleep_s
+from harness.cluster.podspec import prestop_s
 
-_SERIALIZER = client.ApiClient()  # client objects -> the manifest's dict form
 SIM_IMAGE = re.compile(r"(^|/)rollcheck[/-]sim(:|@|$)")
 LEASE_S = 40
 RENEW_S = 5
@@ -48,11 +47,6 @@ def _probe(p, default_path: str = "/health") -> Probe | None:
         initial_delay_s=float(p.initial_delay_seconds or 0),
         path=path,
     )
-
-
-def prestop_s(container) -> float:
-    """The container's preStop sleep (exec `sleep N` or the sleep action), as lint reads it."""
-    return prestop_sleep_s(_SERIALIZER.sanitize_for_serialization(container)) or 0.0
 
 
 def pod_settings(pod) -> PodSettings:

@@ -13,7 +13,6 @@ One reconcile loop, with Kubernetes' rules where they decide the fate of a strea
 
 from __future__ import annotations
 
-import re
 import socket
 import threading
 import time
@@ -27,6 +26,7 @@ from harness.cluster.config import RunConfig
 from harness.cluster.events import EventLog
 from harness.cluster.local.gateway import Nginx
 from harness.cluster.local.kubelet import PodRunner, PodSpec
+from harness.cluster.metrics import parse_metrics
 from harness.proc import sim_command
 from harness.sim.settings import SimSettings
 
@@ -367,9 +367,6 @@ def _scale_down_order(pods: list[PodRunner]) -> list[PodRunner]:
     return sorted(pods, key=lambda p: (p.ready, -p.created_at))
 
 
-_METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
-
-
 def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:
     """A pod's /metrics, summed per metric name (labels dropped)."""
     try:
@@ -377,15 +374,6 @@ def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:
     except httpx.HTTPError:
         return {}
     return parse_metrics(text)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _METRIC.match(line.strip())
-        if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-    return out
 
 
 def engine_command(engine, core: int = 0) -> tuple[list[str], dict | None]:

@@ -1,0 +1,42 @@
+"""The layers the design states, held by their imports (as Kubernetes holds its own with
+import restrictions): each case imports one module in a fresh interpreter and lists the
+modules that must not have been loaded with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CONTRACTS = [
+    # the independent judge: the simulator loads nothing of the stream judge
+    ("harness.sim.app", ["harness.streams", "harness.checks", "harness.verdict"]),
+    # the verdict layer and its checks are pure: no targets, load, reports, simulator, HTTP
+    (
+        "harness.checks",
+        ["harness.cluster", "harness.load", "harness.report", "harness.sim", "httpx", "kubernetes"],
+    ),
+    (
+        "harness.verdict",
+        ["harness.cluster", "harness.load", "harness.report", "harness.sim", "httpx"],
+    ),
+    # the stream judge is the functional core: no I/O libraries
+    ("harness.streams", ["harness.cluster", "harness.sim", "httpx", "harness.load"]),
+    # the Kubernetes target does not lean on the local target's internals
+    ("harness.cluster.kube", ["harness.cluster.local.controller", "harness.cluster.kubelocal"]),
+]
+
+
+def loaded_with(module: str) -> list[str]:
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("module, forbidden", CONTRACTS, ids=[c[0] for c in CONTRACTS])
+def test_import_contract(module, forbidden):
+    loaded = loaded_with(module)
+    broken = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)]
+    assert not broken, f"{module} loads {broken}"
