@@ -466,7 +466,7 @@ def no_abort_after_sigterm(d: RunData) -> CheckResult:
         return inconclusive(name, expected, "no SIGTERM was observed on the victim")
     windows = {}
     for v, t in sigterms.items():
-        end = d.victim_time(v, ("exited", "pod_removed")) or d.t_recovered or d.t_end or t
+        end = d.victim_time(v, ("exited", "pod_removed")) or d.t_end or t
         windows[v] = (t, max(t, end))
     sent_while = [
         r

@@ -158,10 +158,14 @@ def load(scenario):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    from harness.errors import RollcheckError
     from harness.scenario import DryRun, ScenarioFailed
 
     if call.excinfo is not None and call.excinfo.errisinstance(ScenarioFailed):
         report.longrepr = str(call.excinfo.value)  # the verdict is the message, not a traceback
+    elif call.excinfo is not None and call.excinfo.errisinstance(RollcheckError):
+        # a user's error (an engine not installed, a cluster refusing): one line
+        report.longrepr = f"rollcheck: {call.excinfo.value}"
     elif call.excinfo is not None and call.excinfo.errisinstance(DryRun):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], str(call.excinfo.value))

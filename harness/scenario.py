@@ -109,10 +109,24 @@ class Scenario:
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
         self._gated(lambda: self.target.evict_pod(pod, self.cfg.scenario.eviction_retry_s))
+        self._wait_seen_terminating([pod])
 
     def drain(self, node: str) -> None:
         """Cordon the node and evict its pods, each retried as evict() is."""
         self._gated(lambda: self.target.drain_node(node, self.cfg.scenario.eviction_retry_s))
+        self._wait_seen_terminating(self.victims)
+
+    def _wait_seen_terminating(self, pods: list[str]) -> None:
+        """The target's view (a watch, on Kubernetes) lags the API: until it shows the
+        evicted pods terminating, 'recovered' would be judged on the world before."""
+        if self.dry_run:
+            return
+
+        def seen() -> bool:
+            live = {p.name: p for p in self.target.pods()}
+            return all(name not in live or live[name].terminating for name in pods)
+
+        self.wait_for(seen, self.cfg.scenario.steady_state_s, "the eviction to show")
 
     def _gated(self, act: Callable[[], object]) -> None:
         try:

@@ -16,6 +16,7 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from harness.errors import RollcheckError
 from harness.streams import Outcome, StreamRecord
 
 MAX_LISTED = 200  # offending request ids kept per check
@@ -29,7 +30,7 @@ class Status(enum.StrEnum):
     SKIPPED = "skipped"  # its data source was not provided; not part of the verdict
 
 
-class VerdictInputError(ValueError):
+class VerdictInputError(RollcheckError, ValueError):
     """Run data that cannot be judged (records of another run, nothing recorded)."""
 
 

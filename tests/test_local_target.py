@@ -143,8 +143,9 @@ def test_a_request_right_after_an_endpoint_change_uses_the_new_routes(sim_factor
 
 def test_prestop_sigterm_and_sigkill_at_the_grace_deadline(target_factory):
     t = target_factory(
-        "engine.shutdown_mode=hang",
-        "engine.shutdown_timeout_s=0",
+        # an engine that outlives its grace period: vLLM's teardown after a drain, long
+        "engine.shutdown_timeout_s=1",
+        "engine.shutdown_teardown_s=30",
         "pod.prestop_s=0.5",
         "pod.termination_grace_s=2",
         replicas=1,

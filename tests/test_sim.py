@@ -391,6 +391,15 @@ def test_drain_finishes_in_flight_and_aborts_new(sim_factory):
     assert time.monotonic() - t0 < 4  # exits when drained, not at the timeout
 
 
+@pytest.mark.parametrize("mode", ["error_event", "hang"])
+def test_a_finished_drain_tears_down_past_its_deadline(sim_factory, mode):
+    # the deadline ends only streams still open: a drain that finished is in its teardown
+    sim = sim_factory(shutdown_timeout_s=0.5, shutdown_teardown_s=2.0, shutdown_mode=mode)
+    sim.signal(signal.SIGTERM)
+    assert not sim.exited_within(1.5)
+    assert sim.exited_within(3)
+
+
 def test_drain_timeout_aborts_the_rest(sim_factory):
     sim = sim_factory(shutdown_timeout_s=1, itl_s=0.05, shutdown_mode="abort")
     long = StreamReader(sim.url, body(max_tokens=400, ignore_eos=True))  # ~20 s

@@ -523,7 +523,10 @@ def _broken_table(records: list[StreamRecord], events: list[Event], t0: float) -
     for r in sorted(broken, key=lambda r: r.sent_at):
         gw = r.gateway or {}
         ev = breaking_event(r, events)
-        cause = f"{ev.kind} {ev.t - t0:+.2f}" if ev else ""
+        cause = ""
+        if ev is not None:  # the Kubernetes target estimates SIGTERM from the pod spec
+            est = " (estimated)" if ev.detail.get("estimated") else ""
+            cause = f"{ev.kind}{est} {ev.t - t0:+.2f}"
         err = "; ".join(gw.get("errors") or []) or (r.error or "")
         rows.append(
             f"<tr><td><code>{_e(r.request_id)}</code></td><td>{_e(r.pod)}</td><td>{_e(r.version)}</td>"

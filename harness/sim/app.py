@@ -386,9 +386,14 @@ class Engine:
         self.draining = True
         if self.s.shutdown_timeout_s > 0:
             loop = asyncio.get_running_loop()
-            loop.call_later(self.s.shutdown_timeout_s, self.stop_engine)
+            loop.call_later(self.s.shutdown_timeout_s, self._drain_deadline)
             self.maybe_exit()
         else:
+            self.stop_engine()
+
+    def _drain_deadline(self) -> None:
+        # only streams still open meet the deadline; a finished drain is in its teardown
+        if self.streams:
             self.stop_engine()
 
     def stop_engine(self) -> None:

@@ -324,3 +324,28 @@ def test_drain_finishes_in_flight_refuses_new_and_tears_down(draining):
     assert not draining.exited_within(2.0)  # teardown after the last stream (~5.5 s)
     assert draining.exited_within(25)
     print(f"{draining.kind}: exit {time.monotonic() - last:.1f} s after the last stream")
+
+
+@pytest.fixture(scope="module", params=["vllm", "sim"])
+def short_drain(request, tmp_path_factory):
+    """--shutdown-timeout 3: a drain shorter than the answers in flight."""
+    e = start_engine(request.param, tmp_path_factory.mktemp("engines"), shutdown_timeout_s=3)
+    yield e
+    e.stop()
+
+
+def test_streams_still_open_at_the_drain_deadline(short_drain):
+    """Past the deadline the same race as with no drain at all: the EngineCore error
+    event or a hang, never finish_reason abort; the listener closes then."""
+    streams = [Reader(short_drain.url, body(900), read_timeout_s=6) for _ in range(2)]
+    for s in streams:
+        s.wait_tokens(3)
+    short_drain.signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert not refused(short_drain.port)  # still accepting while it drains
+    for s in streams:
+        s.join(60)
+        assert ending(s) in ("error_event", "hang"), ending(s)
+        assert b'"finish_reason":"abort"' not in s.raw
+    assert refused(short_drain.port)
+    assert short_drain.exited_within(30)
