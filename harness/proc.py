@@ -46,6 +46,15 @@ def running_sim(settings: SimSettings) -> Iterator[str]:
         stop_group(proc, signal.SIGKILL)
 
 
+def refuses_connections(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on host:port any more (a closed listener)."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
 def wait_http(url: str, timeout_s: float = 15.0, proc: subprocess.Popen | None = None) -> None:
     """Wait until GET url answers 200; raise with the reason otherwise."""
     deadline = time.monotonic() + timeout_s

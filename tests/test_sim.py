@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from harness.proc import refuses_connections
 from harness.sim.settings import SimSettings
 
 CHAT = "/v1/chat/completions"
@@ -293,14 +294,6 @@ def test_sigterm_abort_and_legacy_modes(sim_factory, mode):
     assert reader.error is None  # the body ended cleanly in both modes
 
 
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return False
-    except ConnectionRefusedError:
-        return True
-
-
 def test_sigterm_hang_mode_keeps_connection_until_the_client_leaves(sim_factory):
     """vLLM 0.32, default --shutdown-timeout 0, one of its two endings (measured): no more
     bytes, the listener closed at once, the socket held open; SIGKILL ends it, or the
@@ -310,7 +303,7 @@ def test_sigterm_hang_mode_keeps_connection_until_the_client_leaves(sim_factory)
     reader.first_byte.wait(5)
     sim.signal(signal.SIGTERM)
     time.sleep(0.3)
-    assert refused(sim.settings.port)
+    assert refuses_connections(sim.settings.port)
     size = len(reader.raw)
     time.sleep(1.0)
     assert len(reader.raw) == size and reader.is_alive()
@@ -351,7 +344,7 @@ def test_sigterm_error_event_mode(sim_factory):
     assert reader.finishes() == [] and all("usage" not in e for e in evs[:-1])
     q = events(queued.raw)
     assert len(q) == 2 and "error" in q[0] and q[1] == "[DONE]"  # no role chunk
-    assert refused(sim.settings.port)
+    assert refuses_connections(sim.settings.port)
     assert sim.exited_within(3) and time.monotonic() - t0 >= 0.3
 
 

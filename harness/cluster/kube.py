@@ -126,7 +126,7 @@ class _Watch(threading.Thread):
     def interrupt(self) -> None:
         """Break the current connection (as a network blip would); the watch resumes."""
         if self._w is not None:
-            self._w.stop()  # shuts the socket down: the blocked read returns
+            self._w.stop()  # the stream ends after its next event, and the watch resumes
 
     def stop(self) -> None:
         self.stopped.set()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ import httpx
 import pytest
 
 from harness.engines import vllm
-from harness.proc import free_port
+from harness.proc import free_port, refuses_connections
 
 pytestmark = pytest.mark.engine
 MODEL = "m"
@@ -109,15 +108,18 @@ def start_engine(kind: str, log_dir, shutdown_timeout_s: float = 0, **limits) ->
     raise AssertionError(f"{kind} did not answer /health within {START_TIMEOUT_S} s")
 
 
+def running_engine(request, tmp_path_factory, **settings):
+    """One engine of the fixture's kind for a module's experiments, stopped after."""
+    e = start_engine(request.param, tmp_path_factory.mktemp("engines"), **settings)
+    yield e
+    e.stop()
+
+
 @pytest.fixture(scope="module", params=["vllm", "sim"])
 def one_slot(request, tmp_path_factory):
     """One sequence slot, one queue place (--max-num-queued-reqs 2 holds one waiting
     request beside a running one, as measured), vLLM's default --shutdown-timeout 0."""
-    e = start_engine(
-        request.param, tmp_path_factory.mktemp("engines"), max_num_seqs=1, max_num_queued_reqs=2
-    )
-    yield e
-    e.stop()
+    yield from running_engine(request, tmp_path_factory, max_num_seqs=1, max_num_queued_reqs=2)
 
 
 def body(max_tokens=5, **kw) -> dict:
@@ -174,14 +176,6 @@ def ending(r: Reader) -> str:
     if len(evs) >= 2 and isinstance(evs[-2], dict) and "error" in evs[-2] and evs[-1] == "[DONE]":
         return "error_event"
     return f"other ({r.end}, {evs[-2:]})"
-
-
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return False
-    except ConnectionRefusedError:
-        return True
 
 
 # --- the experiments -----------------------------------------------------------------------
@@ -282,7 +276,7 @@ def test_sigterm_with_the_default_shutdown_timeout(one_slot):
     time.sleep(0.5)
     one_slot.signal(signal.SIGTERM)
     time.sleep(0.5)
-    assert refused(one_slot.port)  # new connections and /health are refused
+    assert refuses_connections(one_slot.port)  # new connections and /health are refused
     running.join(30)
     queued.join(30)
     assert ending(running) in ("error_event", "hang"), ending(running)
@@ -300,9 +294,7 @@ def test_sigterm_with_the_default_shutdown_timeout(one_slot):
 @pytest.fixture(scope="module", params=["vllm", "sim"])
 def draining(request, tmp_path_factory):
     """--shutdown-timeout 30: a drain that covers the answers."""
-    e = start_engine(request.param, tmp_path_factory.mktemp("engines"), shutdown_timeout_s=30)
-    yield e
-    e.stop()
+    yield from running_engine(request, tmp_path_factory, shutdown_timeout_s=30)
 
 
 def test_drain_finishes_in_flight_refuses_new_and_tears_down(draining):
@@ -329,9 +321,7 @@ def test_drain_finishes_in_flight_refuses_new_and_tears_down(draining):
 @pytest.fixture(scope="module", params=["vllm", "sim"])
 def short_drain(request, tmp_path_factory):
     """--shutdown-timeout 3: a drain shorter than the answers in flight."""
-    e = start_engine(request.param, tmp_path_factory.mktemp("engines"), shutdown_timeout_s=3)
-    yield e
-    e.stop()
+    yield from running_engine(request, tmp_path_factory, shutdown_timeout_s=3)
 
 
 def test_streams_still_open_at_the_drain_deadline(short_drain):
@@ -342,10 +332,10 @@ def test_streams_still_open_at_the_drain_deadline(short_drain):
         s.wait_tokens(3)
     short_drain.signal(signal.SIGTERM)
     time.sleep(1.0)
-    assert not refused(short_drain.port)  # still accepting while it drains
+    assert not refuses_connections(short_drain.port)  # still accepting while it drains
     for s in streams:
         s.join(60)
         assert ending(s) in ("error_event", "hang"), ending(s)
         assert b'"finish_reason":"abort"' not in s.raw
-    assert refused(short_drain.port)
+    assert refuses_connections(short_drain.port)
     assert short_drain.exited_within(30)
