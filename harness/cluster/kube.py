@@ -92,6 +92,9 @@ class _Watch(threading.Thread):
         self.stopped = threading.Event()
         self.reconnects = 0
         self._w: watch.Watch | None = None
+        # an interrupt that lands between two streams (while relisting, or before the
+        # next stream has started) is kept, and ends that stream after its next event
+        self._break = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -114,17 +117,21 @@ class _Watch(threading.Thread):
                         raise ApiException(status=code)
                     self.rv = obj.metadata.resource_version
                     self.on_event(ev["type"], obj)
+                    if self._break.is_set():
+                        break
             except ApiException as exc:
                 if exc.status == 410:
                     self.rv = None  # too old: relist and diff against what we knew
             except Exception:
                 pass
+            self._break.clear()
             if not self.stopped.is_set():
                 self.reconnects += 1
                 self.stopped.wait(0.2)
 
     def interrupt(self) -> None:
         """Break the current connection (as a network blip would); the watch resumes."""
+        self._break.set()
         if self._w is not None:
             self._w.stop()  # the stream ends after its next event, and the watch resumes
 

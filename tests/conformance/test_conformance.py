@@ -326,7 +326,7 @@ def short_drain(request, tmp_path_factory):
 
 def test_streams_still_open_at_the_drain_deadline(short_drain):
     """Past the deadline the same race as with no drain at all: the EngineCore error
-    event or a hang, never finish_reason abort; the listener closes then."""
+    event or a hang, never finish_reason abort."""
     streams = [Reader(short_drain.url, body(900), read_timeout_s=6) for _ in range(2)]
     for s in streams:
         s.wait_tokens(3)
@@ -337,5 +337,6 @@ def test_streams_still_open_at_the_drain_deadline(short_drain):
         s.join(60)
         assert ending(s) in ("error_event", "hang"), ending(s)
         assert b'"finish_reason":"abort"' not in s.raw
-    assert refuses_connections(short_drain.port)
+    # (whether the listener closes at the deadline is not asserted: real vLLM still
+    # accepted connections after it in one of two runs here)
     assert short_drain.exited_within(30)
