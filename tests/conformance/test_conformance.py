@@ -168,6 +168,19 @@ class Reader(threading.Thread):
             time.sleep(0.05)
 
 
+def wait_waiting(engine: Engine, n: int = 1, timeout_s: float = 30) -> None:
+    """Until the engine's own metrics show n requests waiting (a loaded API server can
+    take over a second to hand a request on), then until the waiting one has headers."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = httpx.get(engine.url + "/metrics", timeout=5).text
+        line = next(ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_waiting{"))
+        if float(line.rsplit(" ", 1)[1]) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{engine.kind}: no request waiting after {timeout_s} s")
+
+
 def ending(r: Reader) -> str:
     """How a stream cut by SIGTERM ended: error_event, hang, or something vLLM never does."""
     evs = events(r.raw)
@@ -243,7 +256,10 @@ def test_a_queued_request_gets_headers_then_nothing_until_admitted(one_slot):
     running = Reader(one_slot.url, body(300))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    time.sleep(1.0)
+    wait_waiting(one_slot)
+    deadline = time.monotonic() + 5
+    while queued.status is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert queued.status == 200 and queued.raw == b""  # headers, and not one byte
     assert running.is_alive()
     running.join(60)
@@ -256,7 +272,7 @@ def test_admission_limit_answers_503(one_slot):
     running = Reader(one_slot.url, body(300))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    time.sleep(0.5)
+    wait_waiting(one_slot)
     r = httpx.post(one_slot.url + CHAT, json=body(3), timeout=30)
     if r.status_code == 503:
         assert "currently busy" in r.json()["error"]["message"]
