@@ -19,6 +19,7 @@ from harness.streams import Outcome, StreamRecord
 from harness.verdict import (
     MAX_LISTED,
     OK_OUTCOMES,
+    PHASES,
     CheckResult,
     RunData,
     Status,
@@ -237,8 +238,6 @@ def gateway_clean(d: RunData) -> CheckResult:
 
 # --- SLO budgets, per phase -------------------------------------------------------------
 
-PHASES = ("before", "during", "after")
-
 
 def _breached(r: StreamRecord, kind: str, slo_s: float) -> bool:
     if kind == "ttft":
@@ -269,10 +268,7 @@ def slo_budget_for(
         expected = {p: f"<= {budgets.get(p, 0):.0%} over {slo_s} s" for p in PHASES}
         if slo_s is None:
             return skipped(name, expected, f"slo.{kind}_s is not set")
-        phases = d.phases
-        by_phase: dict[str, list[StreamRecord]] = {p: [] for p in PHASES}
-        for r in _slo_population(d):
-            by_phase[phases.of(r)].append(r)
+        by_phase = d.by_phase(_slo_population(d))
         observed, bad, broke, judged_n = {}, [], [], 0
         for p in PHASES:
             recs = by_phase[p]
@@ -360,10 +356,7 @@ itl_slo_budget = slo_budget_for("itl")
 def goodput(d: RunData) -> dict:
     """Per phase: the share of requests that completed within their SLOs."""
     out = {}
-    phases = d.phases
-    by_phase: dict[str, list[StreamRecord]] = {p: [] for p in PHASES}
-    for r in _slo_population(d):
-        by_phase[phases.of(r)].append(r)
+    by_phase = d.by_phase(_slo_population(d))
     everyone = [r for p in PHASES for r in by_phase[p]]
     for p, recs in [*by_phase.items(), ("all", everyone)]:
         good = [

@@ -112,18 +112,6 @@ def event_time(events: Sequence[Event], kind: str, **match) -> float | None:
     return None
 
 
-def in_flight_at(records: Sequence[StreamRecord], t: float) -> list[StreamRecord]:
-    return [r for r in records if r.sent_at <= t < r.ended_at]
-
-
-def first_per_pod(events: Sequence[Event], kind: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for ev in events:
-        if ev.kind == kind and ev.pod and ev.pod not in out:
-            out[ev.pod] = ev.t
-    return out
-
-
 def breaking_event(record: StreamRecord, events: Sequence[Event]) -> Event | None:
     """The last event on the record's pod, while it streamed, that can break a stream
     (the SIGTERM that aborted it, not the preStop before it)."""

@@ -85,6 +85,9 @@ def judged(name, population_records, bad, population, expected=None, hint=None, 
 # --- the data ----------------------------------------------------------------------
 
 
+PHASES = ("before", "during", "after")
+
+
 @dataclass
 class Phases:
     """The scenario's clock: steady state, the disruption, recovery, the end of load."""
@@ -135,6 +138,14 @@ class RunData:
     @property
     def phases(self) -> Phases:
         return Phases(self.t_start, self.t_act, self.t_recovered, self.t_end)
+
+    def by_phase(self, records: Sequence[StreamRecord] | None = None) -> dict[str, list]:
+        """Records (all of the run's by default) grouped by the phase they were sent in."""
+        phases = self.phases
+        out: dict[str, list] = {p: [] for p in PHASES}
+        for r in self.records if records is None else records:
+            out[phases.of(r)].append(r)
+        return out
 
     @property
     def any_traced(self) -> bool:

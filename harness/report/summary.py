@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.checks import PHASES, goodput, health_during_drain
+from harness.checks import goodput, health_during_drain
 from harness.gateway import gateway_summary
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.timeline import version_share
@@ -45,19 +45,11 @@ def redact(obj):
     return obj
 
 
-def by_phase(data) -> dict[str, list]:
-    phases = data.phases
-    out: dict[str, list] = {p: [] for p in PHASES}
-    for r in data.records:
-        out[phases.of(r)].append(r)
-    return out
-
-
 def phase_latency(data) -> dict:
     """TTFT / ITL / e2e percentiles before, during and after the disruption."""
     if data.t_act is None:
         return {"all": latency_summary(data.records)}
-    return {p: latency_summary(recs) for p, recs in by_phase(data).items()}
+    return {p: latency_summary(recs) for p, recs in data.by_phase().items()}
 
 
 def signals(data) -> dict:
@@ -65,7 +57,7 @@ def signals(data) -> dict:
     gateway 499s and TTFT SLO breaches (None where no gateway logs were read)."""
     status_by_id = {a.request_id: a.status for a in data.access}
     out = {}
-    for p, recs in by_phase(data).items():
+    for p, recs in data.by_phase().items():
         out[p] = {
             "requests": len(recs),
             "missing_done": sum(r.outcome == "missing_done" for r in recs),
