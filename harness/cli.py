@@ -208,13 +208,58 @@ def _up(sub: argparse._SubParsersAction) -> None:
 
 def _report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "report", help="write report.html for a run folder (or index.html for a session)"
+        "report",
+        help="write report.html for a run folder, index.html for a session, a comparison "
+        "of two sessions, or the history of many",
     )
-    p.add_argument("run_folder", type=Path)
+    p.add_argument("run_folder", type=Path, nargs="?", help="a run folder or a session folder")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BASELINE", "CANDIDATE"),
+        help="two session folders: per scenario, both verdicts and figures side by side",
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        metavar="REPORTS_DIR",
+        help="the folder of dated sessions (--reports-dir): verdict per scenario per night",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="the page to write (--compare, --history)"
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="with --compare: exit 1 when a scenario regressed",
+    )
 
     def run(ns: argparse.Namespace) -> int:
+        from harness.report.compare import ReportInputError, write_compare, write_history
         from harness.report.html import write_index, write_report
 
+        chosen = [x for x in (ns.run_folder, ns.compare, ns.history) if x is not None]
+        if len(chosen) != 1:
+            raise UsageError("give one of: a run or session folder, --compare A B, --history DIR")
+        try:
+            if ns.compare:
+                path, result = write_compare(*ns.compare, out=ns.out)
+                c = result["counts"]
+                print(
+                    f"{path}: {len(result['common'])} scenario runs in both; {c['regressed']} "
+                    f"regressed, {c['improved']} improved, {c['same']} the same; only in the "
+                    f"baseline {len(result['only_baseline'])}, only in the candidate "
+                    f"{len(result['only_candidate'])}"
+                )
+                return 1 if ns.fail_on_regression and c["regressed"] else 0
+            if ns.history:
+                path, table = write_history(ns.history, out=ns.out)
+                failing = [n for n, t in table.items() if t["first_failing"] is not None]
+                print(f"{path}: {len(table)} scenario runs, {len(failing)} not passing now")
+                return 0
+        except ReportInputError as exc:
+            raise UsageError(str(exc)) from None
         folder = ns.run_folder
         if not folder.is_dir():
             raise UsageError(

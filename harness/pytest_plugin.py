@@ -175,6 +175,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if session_dir_key not in config.stash:
         return
+    from harness.report.compare import write_history
     from harness.report.html import write_index
 
     session_dir = config.stash[session_dir_key]
@@ -182,9 +183,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if index is None or tr is None:
         return
+    # every session in the reports folder (the nightly keeps one per night): the history
+    history, _ = write_history(session_dir.parent)
     for line in verdict_lines(session_dir):
         tr.write_line(line)
     tr.write_line(f"rollcheck: session report {index}")
+    tr.write_line(f"rollcheck: history of {session_dir.parent} {history}")
 
 
 def verdict_lines(session_dir: Path) -> list[str]:

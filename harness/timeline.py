@@ -112,20 +112,33 @@ def event_time(events: Sequence[Event], kind: str, **match) -> float | None:
     return None
 
 
-def breaking_event(record: StreamRecord, events: Sequence[Event]) -> Event | None:
-    """The last event on the record's pod, while it streamed, that can break a stream
-    (the SIGTERM that aborted it, not the preStop before it)."""
-    if record.pod is None:
-        return None
-    found = None
-    for ev in events:
-        if (
-            ev.pod == record.pod
-            and ev.kind in BREAKING
-            and record.sent_at - 0.05 <= ev.t <= record.ended_at + 0.05
-        ):
-            found = ev
-    return found
+def breaking_event(
+    record: StreamRecord, events: Sequence[Event], victims: Sequence[str] = ()
+) -> Event | None:
+    """The event that broke a stream: the last event on its pod that can break a stream,
+    up to the moment the stream ended (the SIGTERM that aborted it, not the preStop
+    before it; a pod already terminating when the request was sent counts too).
+    A stream not traced to a pod is tied to a victim's breaking event only if that
+    event happened while the stream was in flight."""
+    end = record.ended_at + 0.05
+    if record.pod is not None:
+        found = None
+        for ev in events:
+            if ev.pod != record.pod or ev.t > end:
+                continue
+            if ev.kind == "ready" and ev.t < record.sent_at:
+                found = None  # a restarted container: what broke it before is history
+            elif ev.kind in BREAKING:
+                found = ev
+        return found
+    inside = [
+        ev
+        for ev in events
+        if ev.pod in victims and ev.kind in BREAKING and record.sent_at - 0.05 <= ev.t <= end
+    ]
+    # prefer the signal itself over the endpoint removal or preStop that came before it
+    signals = [ev for ev in inside if ev.kind in ("sigterm", "signal", "sigkill", "exited")]
+    return (signals or inside or [None])[0]
 
 
 def capacity_series(events: Sequence[Event]) -> list[tuple[float, dict]]:

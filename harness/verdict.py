@@ -244,6 +244,13 @@ def verdict(results: Sequence[CheckResult]) -> str:
     return "pass"
 
 
+def describe_break(record: StreamRecord, ev, t0: float) -> str:
+    """'sigterm (estimated) on pod-a at +0.41 s', saying when the stream's pod is unknown."""
+    est = " (estimated)" if ev.detail.get("estimated") else ""
+    untraced = "" if record.pod is not None else " (stream not traced to a pod; in flight then)"
+    return f"{ev.kind}{est} on {ev.pod} at {ev.t - t0:+.2f} s{untraced}"
+
+
 def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int = 5) -> str:
     """The verdict, failed and inconclusive checks, the first offending requests, hints."""
     t0 = d.t_act or (min((r.sent_at for r in d.records), default=0.0))
@@ -269,11 +276,8 @@ def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int 
             if r is None:
                 lines.append(f"    {rid}")
                 continue
-            ev = breaking_event(r, d.events) if breaking_event else None
-            cause = ""
-            if ev is not None:
-                est = " (estimated)" if ev.detail.get("estimated") else ""
-                cause = f"; {ev.kind}{est} on {ev.pod} at {ev.t - t0:+.2f} s"
+            ev = breaking_event(r, d.events, d.victims) if breaking_event else None
+            cause = f"; {describe_break(r, ev, t0)}" if ev is not None else ""
             lines.append(
                 f"    {rid[:12]} {r.outcome:<13} pod {r.pod or '?'} ({r.version or '?'}) "
                 f"{r.sent_at - t0:+.2f} s .. {r.ended_at - t0:+.2f} s, {r.tokens} tokens{cause}"

@@ -1,6 +1,7 @@
 """Open a report in headless Chromium (Playwright) and print what a reviewer would see, as JSON.
 
-Run in its own process by tests/test_report.py, so Playwright's greenlets never share
+With "-" as the filter text, only loads the page, screenshots all of it and counts its
+links and tables (the comparison and history pages). Run in its own process by tests/test_report.py, so Playwright's greenlets never share
 an interpreter with the harness's threads.
 """
 
@@ -28,6 +29,13 @@ def main(page_path: str, chromium: str, screenshot: str, filter_text: str) -> No
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto("file://" + page_path)
+        if filter_text == "-":  # a page with no timeline (compare, history): the whole page
+            page.screenshot(path=screenshot, full_page=True)
+            links = page.locator("a").count()
+            tables = page.locator("table").count()
+            browser.close()
+            print(json.dumps({"errors": errors, "links": links, "tables": tables}))
+            return
         box = page.locator("#timeline").bounding_box()
         nested = (
             page.locator("#timeline circle").count() - page.locator("#timeline > circle").count()

@@ -215,3 +215,253 @@ def test_timeline_window_is_the_scenario_not_the_pods_history():
     old = _timeline_svg(records, events, t + 10)
     xs_old = [float(x) for x in re.findall(r"<circle cx=\"?([\d.]+)", old)]
     assert max(xs_old) - min(xs_old) < 0.05 * width
+
+
+def make_kube_run(folder: Path) -> Path:
+    """A failing drain on the Kubernetes target without gateway logs: pods an hour old,
+    no stream traced to a pod, the SIGTERM estimated from the pod spec."""
+    pods = ["rollcheck-sim-57996cdbdc-zml9z", "rollcheck-sim-57996cdbdc-abcde"]
+    victim = pods[0]
+    records = []
+    for i in range(80):
+        start = T0 - 20 + i * 0.5
+        dur = 3.0
+        cut = start <= T0 < start + dur and i % 2 == 0  # the victim's half of the in-flight
+        records.append(
+            StreamRecord(
+                request_id=f"req-{i:05d}",
+                outcome="error_event" if cut else "complete",
+                sent_at=start,
+                duration_s=(T0 + 0.1 - start) if cut else dur,
+                status=200,
+                ttft_s=0.1,
+                finish_reason=None if cut else "stop",
+                done=True,
+                tokens=20,
+            )
+        )
+    events = [Event(T0 - 3600, "pod_created", p, "n1", "v1", {}) for p in pods]
+    events += [Event(T0 - 3590, "ready", p, "n1", "v1", {}) for p in pods]
+    events += [
+        Event(T0 - 20, "action", None, None, None, {"action": "steady_state"}),
+        Event(T0, "action", None, None, None, {"action": "evict", "pod": victim}),
+        Event(T0, "terminating", victim, "n1", "v1", {}),
+        Event(T0, "sigterm", victim, "n1", "v1", {"estimated": True}),
+        Event(T0 + 6, "pod_removed", victim, "n1", "v1", {}),
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl(records, folder / "records.jsonl")
+    (folder / "events.jsonl").write_text("".join(e.to_json() + "\n" for e in events))
+    broken = [r.request_id for r in records if r.outcome != "complete"]
+    summary = {
+        "scenario": "drain",
+        "name": "test_drain[pod]",
+        "target": "kube",
+        "verdict": "fail",
+        "requests": len(records),
+        "outcomes": count_outcomes(records),
+        "checks": [
+            {
+                "name": "no_broken_streams",
+                "status": "fail",
+                "passed": False,
+                "observed": f"{len(broken)} broken",
+                "expected": "0",
+                "requests": broken,
+                "hint": None,
+            }
+        ],
+        "t_start": T0 - 20,
+        "t_act": T0,
+        "t_end": T0 + 25,
+        "victims": [victim],
+        "latency": {},
+        "config": {"slo": {"ttft_s": 0.3}},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_kube_report_zooms_into_the_disruption_and_names_what_broke_each_stream(tmp_path):
+    from harness.report.html import LEFT, RIGHT, W
+
+    page = write_report(make_kube_run(tmp_path / "run")).read_text()
+    zoom = page[page.index('<svg id="zoom"') :]
+    zoom = zoom[: zoom.index("</svg>")]
+    width = W - RIGHT - LEFT
+    bars = re.findall(r'<rect class="bar" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', zoom)
+    broken = [b for b in re.findall(r'class="bar".*?fill="(#[0-9a-f]+)"', zoom) if b == "#ad1457"]
+    assert len(broken) == 3  # every broken stream is its own bar
+    starts = [float(x) for x, _ in bars]
+    ends = [float(x) + float(w) for x, w in bars]
+    # the disruption (-1 s .. the victim's removal +6 s) fills the zoomed view
+    assert max(ends) - min(starts) > 0.9 * width
+    sigterm = re.search(r'<line x1="([\d.]+)"[^>]*stroke="#e65100"', zoom)
+    assert sigterm and float(sigterm.group(1)) < LEFT + 0.25 * width
+    assert "◀ created -3600 s" in zoom
+    # each broken stream names the estimated SIGTERM, and that its pod is unknown
+    assert page.count("sigterm (estimated) on rollcheck-sim-57996cdbdc-zml9z at +0.00 s") == 3
+    assert "stream not traced to a pod" in page
+
+
+# --- comparing sessions, and the nightly's history ------------------------------------
+
+
+def make_session(folder: Path, runs: dict[str, tuple[str, float, float]]) -> Path:
+    """A session folder: per run name, (verdict, goodput share, TTFT p99 during)."""
+    for i, (name, (verdict, good, ttft_p99)) in enumerate(runs.items()):
+        run = make_run(folder / f"{i:02d}-{name}", 60, 0 if verdict == "pass" else 4, verdict)
+        s = json.loads((run / "summary.json").read_text())
+        n = s["requests"]
+        s["name"] = name
+        s["goodput"] = {
+            p: {"good": round(good * n), "requests": n, "share": good}
+            for p in ("all", "before", "during", "after")
+        }
+        lat = {"ttft_s": {"p50": 0.1, "p90": 0.15, "p99": 0.2, "n": n}}
+        s["latency"] = {"before": lat, "during": {"ttft_s": lat["ttft_s"] | {"p99": ttft_p99}}}
+        s["latency"]["after"] = lat
+        (run / "summary.json").write_text(json.dumps(s))
+        write_report(run)
+    return folder
+
+
+def rollcheck(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", *map(str, args)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_compare_two_sessions(tmp_path):
+    base = make_session(
+        tmp_path / "20261130-020000-kube",
+        {
+            "test_drain[pod]": ("pass", 0.99, 0.2),
+            "test_rollout[surge]": ("fail", 0.80, 0.9),
+            "test_pod_kill": ("pass", 0.97, 0.3),
+        },
+    )
+    cand = make_session(
+        tmp_path / "20261201-020000-kube",
+        {
+            "test_drain[pod]": ("fail", 0.85, 0.6),  # regressed
+            "test_rollout[surge]": ("pass", 0.99, 0.2),  # improved
+        },
+    )
+    out = tmp_path / "compare.html"
+    r = rollcheck("--compare", base, cand, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "2 scenario runs in both; 1 regressed, 1 improved, 0 the same" in r.stdout
+    assert "only in the baseline 1" in r.stdout
+    page = out.read_text()
+    overview = page[page.index("<table>") : page.index("</table>")]
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"<tr><td><a href='#([^']+)'>.*?<td class='([a-z]*)'>", overview)
+    }
+    assert rows == {"test_drain[pod]": "worse", "test_rollout[surge]": "better"}
+    drain = page[page.index("<h2 id='test_drain[pod]'>") :]
+    drain = drain[: drain.index("</table>")]
+    assert re.search(r"<td>verdict</td><td class=num>PASS</td><td class='num worse'>FAIL", drain)
+    assert re.search(
+        r"goodput during</td><td class=num>0.990</td><td class='num worse'>0.850", drain
+    )
+    assert re.search(
+        r"TTFT p99 during</td><td class=num>0.200</td><td class='num worse'>0.600", drain
+    )
+    assert re.search(r"TTFT p50 during</td><td class=num>0.100</td><td class='num '>0.100", drain)
+    only = page[page.index("Only in the baseline") :]
+    assert "test_pod_kill" in only[: only.index("</ul>")]
+    for href in re.findall(r"<a href='([^'#]+)'", page):  # both sessions' reports, relative
+        assert (out.parent / href).is_file(), href
+    assert rollcheck("--compare", base, cand, "--out", out, "--fail-on-regression").returncode == 1
+
+
+def test_compare_and_history_refuse_what_is_not_a_session(tmp_path):
+    base = make_session(tmp_path / "a", {"test_drain[pod]": ("pass", 1.0, 0.2)})
+    other = make_session(tmp_path / "b", {"test_canary": ("pass", 1.0, 0.2)})
+    (tmp_path / "empty").mkdir()
+    for args, words in [
+        (("--compare", base, tmp_path / "empty"), "is not a rollcheck session"),
+        (("--compare", base, other), "no scenario run in common"),
+        (("--compare", base, tmp_path / "nowhere"), "is not a folder"),
+        (("--history", tmp_path / "empty"), "holds no rollcheck sessions"),
+        (("--history", base, "--out", tmp_path / "x.html"), "holds no rollcheck sessions"),
+        ((base, "--history", tmp_path), "give one of"),
+    ]:
+        r = rollcheck(*args)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_history_of_three_nights(tmp_path):
+    nights = [
+        ("20261129-020000-kube", {"drain": ("pass", 0.99, 0.2), "rollout": ("fail", 0.7, 1)}),
+        (
+            "20261130-020000-kube",
+            {
+                "drain": ("pass", 0.98, 0.2),
+                "rollout": ("pass", 0.99, 1),
+                "canary": ("inconclusive", 0.9, 1),
+            },
+        ),
+        (
+            "20261201-020000-kube",
+            {
+                "drain": ("fail", 0.80, 0.2),
+                "rollout": ("pass", 0.99, 1),
+                "canary": ("fail", 0.5, 1),
+            },
+        ),
+    ]
+    for name, runs in nights:
+        make_session(tmp_path / name, runs)
+    (tmp_path / "not-a-session").mkdir()  # other folders are passed over
+    r = rollcheck("--history", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "3 scenario runs, 2 not passing now" in r.stdout
+    page = (tmp_path / "history.html").read_text()
+    assert "3 sessions from 2026-11-29 02:00 to 2026-12-01 02:00" in page
+    row = {
+        n: page[page.index(f"<tr><td>{n}</td>") :].split("</tr>")[0]
+        for n in ("drain", "rollout", "canary")
+    }
+    assert "since 2026-12-01 02:00 (1 night)" in row["drain"]
+    assert "since 2026-11-30 02:00 (2 nights)" in row["canary"] and "not run" in row["canary"]
+    assert "since" not in row["rollout"]
+    assert re.findall(r">(PASS|FAIL|INCONCLUSIVE)</a>", row["drain"]) == ["PASS", "PASS", "FAIL"]
+    assert row["drain"].count("<circle") == 3  # the goodput trend, one point a night
+    for href in re.findall(r"<a href='([^']+)'", page):
+        assert (tmp_path / href).is_file(), href
+
+
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="chromium is not installed (scripts/run test installs it as root)",
+)
+def test_chromium_draws_the_comparison_and_history_without_console_errors(tmp_path):
+    base = make_session(tmp_path / "20261130-020000-kube", {"test_drain[pod]": ("pass", 0.99, 0.2)})
+    cand = make_session(tmp_path / "20261201-020000-kube", {"test_drain[pod]": ("fail", 0.8, 0.6)})
+    assert rollcheck("--compare", base, cand).returncode == 0
+    assert rollcheck("--history", tmp_path).returncode == 0
+    for page in (cand / "compare.html", tmp_path / "history.html"):
+        png = tmp_path / (page.stem + ".png")
+        r = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).parent / "browser_check.py"),
+                str(page),
+                CHROMIUM,
+                str(png),
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        seen = json.loads(r.stdout.strip().splitlines()[-1])
+        assert seen["errors"] == [] and seen["links"] >= 2 and seen["tables"] >= 1
+        assert png.stat().st_size > 5000

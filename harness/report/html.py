@@ -137,9 +137,10 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
             ((summary.get("config") or {}).get("slo") or {}).get("ttft_s"),
             window=_window(summary),
         ),
+        _zoom_section(summary, records, events, t0),
         _rollout_table(summary),
         "<h2>Streams that did not complete</h2>",
-        _broken_table(records, events, t0),
+        _broken_table(records, events, t0, summary.get("victims") or []),
         "<h2>Goodput and SLOs before, during and after</h2>",
         _goodput_table(summary),
         "<h2>Latency before, during and after</h2>",
@@ -336,35 +337,37 @@ def _pod_spans(events: list[Event]) -> list[dict]:
     return list(pods.values())
 
 
-def _timeline_svg(
-    records: list[StreamRecord],
-    events: list[Event],
-    t0: float,
-    slo: float | None = None,
-    window: tuple[float, float] | None = None,
-) -> str:
-    spans = _pod_spans(events)
-    times = [r.sent_at for r in records] + [r.ended_at for r in records] + [e.t for e in events]
-    if not times:
-        return "<p class=muted>Nothing to draw: no records and no events.</p>"
-    lo, hi = min(times) - t0, max(times) - t0
-    if window is not None:
-        lo, hi = window[0] - t0, window[1] - t0
-    x = _Scale(lo, hi, LEFT, W - RIGHT)
+def _version_colors(spans: list[dict], records: list[StreamRecord]) -> dict[str, str]:
     versions = sorted({s["version"] or "?" for s in spans} | {r.version or "?" for r in records})
-    vcolor = {v: VERSION_COLORS[i % len(VERSION_COLORS)] for i, v in enumerate(versions)}
-    out: list[str] = []
-    y = 20
-    # lane 1: pods, named after their common prefix
+    return {v: VERSION_COLORS[i % len(VERSION_COLORS)] for i, v in enumerate(versions)}
+
+
+def _pod_lane(
+    out: list[str],
+    spans: list[dict],
+    x: _Scale,
+    lo: float,
+    hi: float,
+    t0: float,
+    y: int,
+    vcolor: dict[str, str] | None = None,
+) -> int:
+    """One row per pod alive in [lo, hi]: starting, ready, terminating, and its signal
+    marks; names after their common prefix. Returns the y below the lane."""
+    vcolor = vcolor or _version_colors(spans, [])
     prefix = _common_prefix([s["pod"] for s in spans])
     title = f"pods ({prefix}…)" if prefix else "pods"
     out.append(f"<text x=8 y={y - 6} font-size=12 font-weight=600>{_e(title)}</text>")
-    spans = [s for s in spans if (s["removed"] or hi + t0) - t0 >= lo]  # gone before: not drawn
-    for s in sorted(spans, key=lambda s: s["created"]):
+    alive = [
+        s
+        for s in spans
+        if (s["removed"] or hi + t0) - t0 >= lo and s["created"] - t0 <= hi  # else not drawn
+    ]
+    for s in sorted(alive, key=lambda s: s["created"]):
         end = (s["removed"] or hi + t0) - t0
         created, ready = s["created"] - t0, (s["ready"] or end + t0) - t0
         term = (s["terminating"] or end + t0) - t0
-        c = vcolor[s["version"] or "?"]
+        c = vcolor.get(s["version"] or "?", VERSION_COLORS[0])
         out.append(f"<text x=8 y={y + 9} font-size=10>{_e(s['pod'][len(prefix) :])}</text>")
         if created < lo:  # started before the window: its history is clipped, and says so
             out.append(
@@ -386,11 +389,32 @@ def _timeline_svg(
                 f"fill=#ff9800 opacity=0.6><title>{_e(s['pod'])} terminating</title></rect>"
             )
         for t, kind in s["marks"]:
-            out.append(
-                f"<rect x={x(t - t0) - 1} y={y - 2} width=2 height=14 "
-                f"fill={MARKED_EVENTS[kind]}><title>{kind} {t - t0:+.2f} s</title></rect>"
-            )
+            if lo <= t - t0 <= hi:
+                out.append(
+                    f"<rect x={x(t - t0) - 1} y={y - 2} width=2 height=14 "
+                    f"fill={MARKED_EVENTS[kind]}><title>{kind} {t - t0:+.2f} s</title></rect>"
+                )
         y += 14
+    return y
+
+
+def _timeline_svg(
+    records: list[StreamRecord],
+    events: list[Event],
+    t0: float,
+    slo: float | None = None,
+    window: tuple[float, float] | None = None,
+) -> str:
+    spans = _pod_spans(events)
+    times = [r.sent_at for r in records] + [r.ended_at for r in records] + [e.t for e in events]
+    if not times:
+        return "<p class=muted>Nothing to draw: no records and no events.</p>"
+    lo, hi = min(times) - t0, max(times) - t0
+    if window is not None:
+        lo, hi = window[0] - t0, window[1] - t0
+    x = _Scale(lo, hi, LEFT, W - RIGHT)
+    out: list[str] = []
+    y = _pod_lane(out, spans, x, lo, hi, t0, 20, _version_colors(spans, records))
     pods_bottom = y
     # lane 2: streams in flight
     y += 16
@@ -452,24 +476,110 @@ def _timeline_svg(
             f"fill={'#c62828' if 'ttft_slo_breach' in r.flags else '#1565c0'}/>"
         )
     y += h4 + 10
-    # actions as vertical lines across every lane, and the time axis
-    for e in events:
-        if e.kind == "action" and e.detail.get("action") not in ("health_probe",):
-            out.append(
-                f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke=#d32f2f "
-                f"stroke-width=1.5><title>{_e(e.detail.get('action'))} {e.t - t0:+.2f} s</title></line>"
-            )
-    for i in range(11):
-        t = lo + (hi - lo) * i / 10
-        out.append(f"<text x={x(t)} y={y + 14} font-size=10 text-anchor=middle>{t:+.1f}</text>")
     out.append(
         f"<line x1={LEFT} x2={W - RIGHT} y1={pods_bottom + 4} y2={pods_bottom + 4} stroke=#eee/>"
     )
+    return _finish_svg("timeline", out, events, x, lo, hi, t0, y)
+
+
+def _finish_svg(
+    svg_id: str, out: list[str], events: list[Event], x: _Scale, lo, hi, t0: float, y: int
+) -> str:
+    """Actions as vertical lines across every lane, the time axis, and the svg element."""
+    for e in events:
+        if e.kind == "action" and e.detail.get("action") not in ("health_probe",):
+            if lo <= e.t - t0 <= hi:
+                out.append(
+                    f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke=#d32f2f "
+                    f"stroke-width=1.5><title>{_e(e.detail.get('action'))} {e.t - t0:+.2f} s"
+                    "</title></line>"
+                )
+    for i in range(11):
+        t = lo + (hi - lo) * i / 10
+        out.append(f"<text x={x(t)} y={y + 14} font-size=10 text-anchor=middle>{t:+.1f}</text>")
     svg = (
-        f"<svg id=timeline xmlns='http://www.w3.org/2000/svg' width={W} height={y + 24} "
+        f"<svg id={svg_id} xmlns='http://www.w3.org/2000/svg' width={W} height={y + 24} "
         f"viewBox='0 0 {W} {y + 24}'>" + "".join(out) + "</svg>"
     )
     return _quote_attributes(svg)
+
+
+ZOOM_MARGIN_S = 1.0
+ZOOM_ROWS = 150  # streams drawn as bars in the zoomed view; broken ones always
+
+
+def _zoom_window(summary: dict, records: list[StreamRecord], events: list[Event]):
+    """The disruption up close: from just before the act (or the first signal to a victim)
+    to the last broken stream's end or the victims' exit, whichever is later."""
+    from harness.timeline import BREAKING
+
+    t_act = summary.get("t_act")
+    if t_act is None:
+        return None
+    victims = set(summary.get("victims") or [])
+    hits = [e.t for e in events if e.pod in victims and e.kind in BREAKING and e.t >= t_act - 1]
+    hits += [e.t for e in events if e.pod in victims and e.kind == "pod_removed" and e.t >= t_act]
+    ends = [r.ended_at for r in records if r.broken and r.ended_at >= t_act - 1]
+    lo = min([t_act] + hits) - ZOOM_MARGIN_S
+    hi = max([t_act + 5] + hits + ends) + ZOOM_MARGIN_S
+    if summary.get("t_end") is not None:
+        hi = min(hi, summary["t_end"] + WINDOW_MARGIN_S)
+    return lo, max(hi, lo + 2)
+
+
+def _zoom_section(summary: dict, records, events, t0: float) -> str:
+    window = _zoom_window(summary, records, events)
+    if window is None:
+        return ""
+    return (
+        f"<h2>The disruption, up close ({window[0] - t0:+.1f} s to {window[1] - t0:+.1f} s)</h2>"
+        + _zoom_svg(records, events, t0, window)
+    )
+
+
+def _zoom_svg(records: list[StreamRecord], events: list[Event], t0: float, window) -> str:
+    """Each stream in flight during the disruption as its own bar, under the pods' events."""
+    lo, hi = window[0] - t0, window[1] - t0
+    x = _Scale(lo, hi, LEFT, W - RIGHT)
+    spans = _pod_spans(events)
+    out: list[str] = []
+    y = _pod_lane(out, spans, x, lo, hi, t0, 20, _version_colors(spans, records))
+    inside = [r for r in records if r.sent_at - t0 <= hi and r.ended_at - t0 >= lo]
+    broken = [r for r in inside if r.broken]
+    ok = [r for r in inside if not r.broken]
+    room = max(0, ZOOM_ROWS - len(broken))
+    shown = broken + ok[:: max(1, -(-len(ok) // room))] if room else broken
+    shown.sort(key=lambda r: (r.pod or "~", r.sent_at))
+    y += 14
+    out.append(f"<text x=8 y={y + 4} font-size=12 font-weight=600>streams</text>")
+    out.append(f"<text x=8 y={y + 18} font-size=10>one bar each, by pod</text>")
+    row = 4
+    for r in shown:
+        thick = 3 if r.broken else 2
+        out.append(
+            f"<rect class=bar x={x(r.sent_at - t0)} y={y} "
+            f"width={max(1, x(r.ended_at - t0) - x(r.sent_at - t0))} height={thick} "
+            f"fill={COLORS.get(r.outcome, '#000')}><title>{_e(r.request_id)} {r.outcome} "
+            f"{_e(r.pod or 'pod not traced')} {r.sent_at - t0:+.2f} .. {r.ended_at - t0:+.2f} s"
+            "</title></rect>"
+        )
+        y += row
+    if len(shown) < len(inside):
+        out.append(
+            f"<text x=8 y={y + 10} font-size=10 fill=#555>{len(inside) - len(shown)} more "
+            "complete streams in this window not drawn</text>"
+        )
+        y += 14
+    # the victims' signals as dashed lines across the streams
+    for e in events:
+        if e.kind in MARKED_EVENTS and lo <= e.t - t0 <= hi:
+            est = " (estimated)" if e.detail.get("estimated") else ""
+            out.append(
+                f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} "
+                f"stroke={MARKED_EVENTS[e.kind]} stroke-dasharray='3 3'><title>{e.kind}{est} "
+                f"{_e(e.pod)} {e.t - t0:+.2f} s</title></line>"
+            )
+    return _finish_svg("zoom", out, events, x, lo, hi, t0, y + 6)
 
 
 _TAG = re.compile(r"<[a-z][^<>]*>")
@@ -513,8 +623,11 @@ def _rollout_table(summary: dict) -> str:
     )
 
 
-def _broken_table(records: list[StreamRecord], events: list[Event], t0: float) -> str:
+def _broken_table(
+    records: list[StreamRecord], events: list[Event], t0: float, victims: list[str]
+) -> str:
     from harness.timeline import breaking_event
+    from harness.verdict import describe_break
 
     broken = [r for r in records if r.outcome != "complete"]
     if not broken:
@@ -522,11 +635,8 @@ def _broken_table(records: list[StreamRecord], events: list[Event], t0: float) -
     rows = []
     for r in sorted(broken, key=lambda r: r.sent_at):
         gw = r.gateway or {}
-        ev = breaking_event(r, events)
-        cause = ""
-        if ev is not None:  # the Kubernetes target estimates SIGTERM from the pod spec
-            est = " (estimated)" if ev.detail.get("estimated") else ""
-            cause = f"{ev.kind}{est} {ev.t - t0:+.2f}"
+        ev = breaking_event(r, events, victims)  # the kube target estimates SIGTERM
+        cause = describe_break(r, ev, t0) if ev is not None else ""
         err = "; ".join(gw.get("errors") or []) or (r.error or "")
         rows.append(
             f"<tr><td><code>{_e(r.request_id)}</code></td><td>{_e(r.pod)}</td><td>{_e(r.version)}</td>"
@@ -538,7 +648,7 @@ def _broken_table(records: list[StreamRecord], events: list[Event], t0: float) -
     return (
         f"<p>{len(broken)} streams. <input id=filter placeholder='filter: request id, pod, outcome...'></p>"
         "<table id=broken><tr><th>request id</th><th>pod</th><th>version</th><th>start</th><th>end</th>"
-        "<th>outcome</th><th>tokens</th><th>gateway</th><th>pod event</th><th>error</th></tr>"
+        "<th>outcome</th><th>tokens</th><th>gateway</th><th>what broke it</th><th>error</th></tr>"
         + "".join(rows)
         + "</table>"
     )

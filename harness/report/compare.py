@@ -1,0 +1,355 @@
+"""Pages over several sessions: two sessions side by side (did the new engine version
+behave at least as well as the old one under the same disruptions?) and the history of
+the nightly's sessions (verdict per scenario per night, goodput trend, first failing night).
+
+Each page is one self-contained file, deterministic, drawn without scripts. A session is
+a folder written by one pytest run (reports/<time>-<target>/<run>/summary.json).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import RollcheckError
+from harness.report.html import CSS, _e, goodput_text, verdict_class
+from harness.verdict import PHASES
+
+# worse is higher: a verdict that moves right is a regression
+VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
+LATENCY = (("ttft_s", "TTFT"), ("itl_max_s", "longest ITL"), ("e2e_s", "end to end"))
+PERCENTILES = ("p50", "p90", "p99")
+# differences smaller than these are noise, not a change worth a colour
+GOODPUT_TOLERANCE = 0.01  # one percentage point
+LATENCY_TOLERANCE = 0.10  # 10 %, and at least LATENCY_FLOOR_S
+LATENCY_FLOOR_S = 0.005
+
+COMPARE_CSS = """
+.worse{background:#ffebee;color:#b71c1c;font-weight:600}
+.better{background:#e8f5e9;color:#1b5e20;font-weight:600}
+td.sep{border-left:2px solid #ddd} .small{font-size:12px}
+svg.spark{background:none;border:none;vertical-align:middle}
+"""
+
+
+class ReportInputError(RollcheckError):
+    """A folder that is not what a report page needs (one line, exit 2)."""
+
+
+@dataclass
+class Session:
+    folder: Path
+    runs: dict[str, dict]  # run name (the pytest test name) -> summary.json
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def load_session(folder: Path) -> Session:
+    import json
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReportInputError(
+            f"{folder} is not a folder; give a session folder (reports/<time>-<target>)"
+        )
+    runs: dict[str, dict] = {}
+    for path in sorted(folder.glob("*/summary.json")):
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ReportInputError(
+                f"{path} is not readable JSON ({exc}); rerun `rollcheck report {path.parent}` or remove the run"
+            ) from None
+        if not isinstance(s, dict) or "verdict" not in s:
+            raise ReportInputError(f"{path} is not a rollcheck summary (no verdict)")
+        s["_folder"] = path.parent
+        runs[s.get("name") or path.parent.name] = s
+    if not runs:
+        raise ReportInputError(
+            f"{folder} is not a rollcheck session: no <run>/summary.json in it; give a folder "
+            "one pytest run wrote (reports/<time>-<target>)"
+        )
+    return Session(folder, runs)
+
+
+# --- comparing two sessions -----------------------------------------------------------
+
+
+def broken(s: dict) -> int:
+    return sum(
+        v for k, v in (s.get("outcomes") or {}).items() if k not in ("complete", "cancelled")
+    )
+
+
+def share(s: dict, phase: str = "all") -> float | None:
+    return ((s.get("goodput") or {}).get(phase) or {}).get("share")
+
+
+def latency(s: dict, phase: str, metric: str, pct: str) -> float | None:
+    return (((s.get("latency") or {}).get(phase) or {}).get(metric) or {}).get(pct)
+
+
+def change(kind: str, base, cand) -> str:
+    """'worse', 'better' or '' for one figure; `kind` says which direction is good."""
+    if base is None or cand is None:
+        return ""
+    if kind == "verdict":
+        d = VERDICT_RANK.get(cand, 3) - VERDICT_RANK.get(base, 3)
+    elif kind == "goodput":  # higher is better
+        d = 0 if abs(cand - base) < GOODPUT_TOLERANCE else base - cand
+    elif kind == "latency":  # lower is better
+        tol = max(LATENCY_TOLERANCE * base, LATENCY_FLOOR_S)
+        d = 0 if abs(cand - base) < tol else cand - base
+    else:  # counts of broken streams: fewer is better
+        d = cand - base
+    return "worse" if d > 0 else "better" if d < 0 else ""
+
+
+def compare_runs(base: dict, cand: dict) -> dict:
+    """Every figure of one scenario in both sessions, and what changed."""
+    rows = [
+        (
+            "verdict",
+            base["verdict"],
+            cand["verdict"],
+            change("verdict", base["verdict"], cand["verdict"]),
+        ),
+        ("broken streams", broken(base), broken(cand), change("count", broken(base), broken(cand))),
+    ]
+    for p in ("all", *PHASES):
+        b, c = share(base, p), share(cand, p)
+        if b is not None or c is not None:
+            rows.append((f"goodput {p}", b, c, change("goodput", b, c)))
+    for p in PHASES if "before" in (base.get("latency") or {}) else ("all",):
+        for metric, label in LATENCY:
+            for pct in PERCENTILES:
+                b, c = latency(base, p, metric, pct), latency(cand, p, metric, pct)
+                if b is not None or c is not None:
+                    rows.append((f"{label} {pct} {p}", b, c, change("latency", b, c)))
+    changes = [r[3] for r in rows]
+    status = "regressed" if "worse" in changes else "improved" if "better" in changes else "same"
+    return {"rows": rows, "status": status}
+
+
+def compare_sessions(base: Session, cand: Session) -> dict:
+    common = [n for n in base.runs if n in cand.runs]
+    if not common:
+        raise ReportInputError(
+            f"{base.folder} and {cand.folder} have no scenario run in common; compare two "
+            "sessions that ran the same scenarios (the same -k and --set)"
+        )
+    return {
+        "common": {n: compare_runs(base.runs[n], cand.runs[n]) for n in common},
+        "only_baseline": [n for n in base.runs if n not in cand.runs],
+        "only_candidate": [n for n in cand.runs if n not in base.runs],
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return v.upper()
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def _link(page: Path, run: dict, text: str) -> str:
+    href = os.path.relpath(Path(run["_folder"]) / "report.html", page.parent)
+    return f"<a href='{_e(href)}'>{_e(text)}</a>"
+
+
+def _verdict(v: str) -> str:
+    return f"<span class='verdict {verdict_class(v)}'>{_e(v.upper())}</span>"
+
+
+def render_compare(base: Session, cand: Session, page: Path) -> tuple[str, dict]:
+    result = compare_sessions(base, cand)
+    counts = {"regressed": 0, "improved": 0, "same": 0}
+    overview, details = [], []
+    for name, c in result["common"].items():
+        counts[c["status"]] += 1
+        b, k = base.runs[name], cand.runs[name]
+        cls = {"regressed": "worse", "improved": "better"}.get(c["status"], "")
+        overview.append(
+            f"<tr><td><a href='#{_e(name)}'>{_e(name)}</a></td><td>{_verdict(b['verdict'])}</td>"
+            f"<td>{_verdict(k['verdict'])}</td><td class=num>{_e(goodput_text(b))}</td>"
+            f"<td class=num>{_e(goodput_text(k))}</td><td class=num>{broken(b)}</td>"
+            f"<td class=num>{broken(k)}</td><td class='{cls}'>{c['status']}</td></tr>"
+        )
+        rows = "".join(
+            f"<tr><td>{_e(label)}</td><td class=num>{_e(_fmt(bv))}</td>"
+            f"<td class='num {ch}'>{_e(_fmt(cv))}</td><td class='{ch}'>{ch}</td></tr>"
+            for label, bv, cv, ch in c["rows"]
+        )
+        details.append(
+            f"<h2 id='{_e(name)}'>{_e(name)} <span class='small {cls}'>{c['status']}</span></h2>"
+            f"<p class=small>{_link(page, b, 'baseline report')} · {_link(page, k, 'candidate report')}"
+            "</p><table><tr><th></th><th>baseline</th><th>candidate</th><th>change</th></tr>"
+            f"{rows}</table>"
+        )
+    only = ""
+    for label, key, session in (
+        ("Only in the baseline", "only_baseline", base),
+        ("Only in the candidate", "only_candidate", cand),
+    ):
+        if result[key]:
+            items = "".join(
+                f"<li>{_link(page, session.runs[n], n)} ({_e(session.runs[n]['verdict'].upper())})</li>"
+                for n in result[key]
+            )
+            only += f"<h2>{label}</h2><ul>{items}</ul>"
+    overall = "regressed" if counts["regressed"] else "no regression"
+    html = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>rollcheck compare: {_e(overall)}</title><style>{CSS}{COMPARE_CSS}</style></head><body>"
+        f"<h1>rollcheck: {_e(base.name)} → {_e(cand.name)}</h1>"
+        f"<p class=muted>baseline {_e(base.folder)} · candidate {_e(cand.folder)} · "
+        f"{len(result['common'])} scenario runs in both: {counts['regressed']} regressed, "
+        f"{counts['improved']} improved, {counts['same']} the same. Changes smaller than "
+        f"{GOODPUT_TOLERANCE:.0%} goodput or {LATENCY_TOLERANCE:.0%} latency are not marked.</p>"
+        "<table><tr><th>scenario run</th><th>baseline</th><th>candidate</th><th>goodput before</th>"
+        "<th>goodput after</th><th>broken before</th><th>broken after</th><th>change</th></tr>"
+        + "".join(overview)
+        + "</table>"
+        + only
+        + "".join(details)
+        + "</body></html>"
+    )
+    return html, result | {"counts": counts}
+
+
+def write_compare(baseline: Path, candidate: Path, out: Path | None = None) -> tuple[Path, dict]:
+    base, cand = load_session(baseline), load_session(candidate)
+    page = Path(out) if out else cand.folder / "compare.html"
+    html, result = render_compare(base, cand, page)
+    page.write_text(html)
+    return page, result
+
+
+# --- history over the nightly's sessions --------------------------------------------
+
+
+def load_history(reports_dir: Path) -> list[Session]:
+    reports_dir = Path(reports_dir)
+    if not reports_dir.is_dir():
+        raise ReportInputError(
+            f"{reports_dir} is not a folder; give the reports folder the nightly keeps"
+        )
+    sessions = []
+    for folder in sorted(p for p in reports_dir.iterdir() if p.is_dir()):
+        if any(folder.glob("*/summary.json")):
+            sessions.append(load_session(folder))
+    if not sessions:
+        raise ReportInputError(
+            f"{reports_dir} holds no rollcheck sessions (folders of <run>/summary.json); give "
+            "the folder passed to --reports-dir"
+        )
+    return sessions
+
+
+def first_failing(verdicts: list[str | None]) -> int | None:
+    """The index of the first night of the current run of non-passing nights, if the
+    latest night did not pass (nights the scenario did not run are passed over)."""
+    ran = [(i, v) for i, v in enumerate(verdicts) if v is not None]
+    if not ran or ran[-1][1] == "pass":
+        return None
+    first = ran[-1][0]
+    for i, v in reversed(ran):
+        if v == "pass":
+            break
+        first = i
+    return first
+
+
+def _spark(values: list[float | None], w: int = 120, h: int = 24) -> str:
+    """Goodput per night, from the lowest night (or 90 %, if lower) at the bottom to 100 %."""
+    pts = [(i, v) for i, v in enumerate(values) if v is not None]
+    if not pts:
+        return "–"
+    n = max(1, len(values) - 1)
+    floor = min([0.9] + [v for _, v in pts])
+    span = max(1.0 - floor, 1e-9)
+
+    def xy(i: int, v: float) -> str:
+        return f"{2 + i * (w - 4) / n:.1f},{h - 2 - (v - floor) / span * (h - 4):.1f}"
+
+    coords = " ".join(xy(i, v) for i, v in pts)
+    dots = "".join(
+        "<circle cx='{}' cy='{}' r='1.8' fill='#1565c0'><title>{:.1%}</title></circle>".format(
+            *xy(i, v).split(","), v
+        )
+        for i, v in pts
+    )
+    return (
+        f"<svg class=spark xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}'>"
+        f"<polyline fill='none' stroke='#1565c0' points='{coords}'/>{dots}</svg>"
+    )
+
+
+def _nights(n: int) -> str:
+    return f"{n} night" if n == 1 else f"{n} nights"
+
+
+def night_label(folder_name: str) -> str:
+    """'20261130-020001-kube' -> '2026-11-30 02:00'; other names as they are."""
+    stamp = folder_name[:15]
+    if len(stamp) == 15 and stamp[:8].isdigit() and stamp[8] == "-" and stamp[9:].isdigit():
+        return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
+    return folder_name
+
+
+def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
+    names = sorted({n for s in sessions for n in s.runs})
+    head = "".join(f"<th class=small>{_e(night_label(s.name))}</th>" for s in sessions)
+    rows, table = [], {}
+    for name in names:
+        verdicts = [s.runs[name]["verdict"] if name in s.runs else None for s in sessions]
+        shares = [share(s.runs[name]) if name in s.runs else None for s in sessions]
+        first = first_failing(verdicts)
+        table[name] = {"verdicts": verdicts, "goodput": shares, "first_failing": first}
+        cells = ""
+        for s in sessions:
+            run = s.runs.get(name)
+            if run is None:
+                cells += "<td class=muted>not run</td>"
+                continue
+            g = share(run)
+            cells += (
+                f"<td><span class='small {verdict_class(run['verdict'])}' "
+                "style='display:inline-block;width:8px;height:8px;border-radius:4px'></span> "
+                f"{_link(page, run, run['verdict'].upper())}"
+                f"<div class=small>{'–' if g is None else f'{g:.1%}'}</div></td>"
+            )
+        since = (
+            f"<span class=worse>since {_e(night_label(sessions[first].name))} "
+            f"({_nights(sum(v is not None for v in verdicts[first:]))})</span>"
+            if first is not None
+            else "–"
+        )
+        rows.append(f"<tr><td>{_e(name)}</td>{cells}<td>{_spark(shares)}</td><td>{since}</td></tr>")
+    failing = sum(1 for t in table.values() if t["first_failing"] is not None)
+    html = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck history</title>"
+        f"<style>{CSS}{COMPARE_CSS}</style></head><body><h1>rollcheck history</h1>"
+        f"<p class=muted>{len(sessions)} sessions from {_e(night_label(sessions[0].name))} to "
+        f"{_e(night_label(sessions[-1].name))} · {len(names)} scenario runs · {failing} not "
+        "passing on the latest night they ran. Each cell: the verdict (linked to its report) "
+        "and goodput.</p>"
+        f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>"
+    )
+    return html, table
+
+
+def write_history(reports_dir: Path, out: Path | None = None) -> tuple[Path, dict]:
+    sessions = load_history(reports_dir)
+    page = Path(out) if out else Path(reports_dir) / "history.html"
+    html, table = render_history(sessions, page)
+    page.write_text(html)
+    return page, table

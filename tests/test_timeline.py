@@ -1,0 +1,53 @@
+"""What broke each stream: the event named in the report and the failure message."""
+
+from __future__ import annotations
+
+from harness.cluster.events import Event
+from harness.streams import StreamRecord
+from harness.timeline import breaking_event
+from harness.verdict import describe_break
+
+T = 1_000.0
+
+
+def rec(start: float, end: float, pod: str | None = "a") -> StreamRecord:
+    return StreamRecord("r", "aborted", T + start, end - start, status=200, pod=pod)
+
+
+def ev(t: float, kind: str, pod: str = "a", **detail) -> Event:
+    return Event(T + t, kind, pod, None, "v1", detail)
+
+
+EVENTS = [
+    ev(-50, "ready"),
+    ev(0, "endpoint_removed"),
+    ev(0.2, "prestop_started"),
+    ev(5, "sigterm", estimated=True),
+    ev(9, "sigkill"),
+    ev(3, "sigterm", pod="b"),
+]
+
+
+def test_the_signal_that_cut_it_not_the_prestop_before_or_the_kill_after():
+    got = breaking_event(rec(-2, 5.01), sorted(EVENTS, key=lambda e: e.t))
+    assert (got.kind, got.pod, got.t) == ("sigterm", "a", T + 5)
+    assert describe_break(rec(-2, 5.01), got, T) == "sigterm (estimated) on a at +5.00 s"
+
+
+def test_a_request_sent_to_a_pod_already_going_away_names_what_came_before_it():
+    got = breaking_event(rec(6, 6.1), EVENTS)  # refused after the SIGTERM
+    assert got.kind == "sigterm" and got.t == T + 5
+
+
+def test_a_restarted_container_is_not_blamed_for_its_earlier_death():
+    events = EVENTS + [ev(20, "ready")]
+    assert breaking_event(rec(30, 31), events) is None
+
+
+def test_an_untraced_stream_is_tied_to_a_victim_only_if_in_flight_at_its_signal():
+    events = sorted(EVENTS, key=lambda e: e.t)
+    got = breaking_event(rec(4, 6, pod=None), events, victims=["a"])
+    assert got.kind == "sigterm" and got.pod == "a"  # the signal, not the endpoint removal
+    assert "not traced to a pod" in describe_break(rec(4, 6, pod=None), got, T)
+    assert breaking_event(rec(6, 7, pod=None), events, victims=["a"]) is None  # after it
+    assert breaking_event(rec(4, 6, pod=None), events, victims=[]) is None  # no victim named
