@@ -305,13 +305,35 @@ def _lint(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="nvidia.com/gpu the namespace may use, to check rollout surge",
     )
+    p.add_argument(
+        "--longest-silence-s",
+        type=float,
+        default=120.0,
+        help="longest time an answer may send nothing (queue wait, prefill); the gateway's "
+        "read timeout must exceed it (default 120)",
+    )
+    p.add_argument(
+        "--longest-answer-s",
+        type=float,
+        default=None,
+        help="longest answer the service must finish; the grace period must cover it",
+    )
 
     def run(ns: argparse.Namespace) -> int:
         import json as _json
 
         from harness import lint
 
-        opts = lint.LintOptions(min_startup_s=ns.min_startup_s, gpu_quota=ns.gpu_quota)
+        for name in ("min_startup_s", "longest_silence_s", "longest_answer_s"):
+            value = getattr(ns, name)
+            if value is not None and value < 0:
+                raise UsageError(f"--{name.replace('_', '-')} cannot be negative ({value:g})")
+        opts = lint.LintOptions(
+            min_startup_s=ns.min_startup_s,
+            gpu_quota=ns.gpu_quota,
+            longest_silence_s=ns.longest_silence_s,
+            longest_answer_s=ns.longest_answer_s,
+        )
         opts.engine_images += ns.engine_image
         opts.engine_commands += ns.engine_command
         try:

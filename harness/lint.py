@@ -30,6 +30,15 @@ GPU_UTIL = re.compile(
 )
 IN_FLIGHT = re.compile(r"num_requests_running|num_running_reqs", re.IGNORECASE)
 DEFAULT_GRACE_S = 30
+SHELLS = re.compile(r"(^|/)(sh|bash|dash|ash|zsh)$")
+COMPOUND = re.compile(r"[;&|\n`]|\$\(")  # more than one simple command in a shell script
+NGINX_ANNOTATION = "nginx.ingress.kubernetes.io/"
+NGINX_DEFAULT_TIMEOUT_S = 60  # ingress-nginx proxy-read-timeout / proxy-send-timeout
+# Caps on the grace period that some node operations honour, whatever the pod asks for.
+GRACE_CAPS = (
+    (3600, "GKE node upgrades honour terminationGracePeriodSeconds for at most one hour"),
+    (600, "cluster-autoscaler's scale-down waits at most --max-graceful-termination-sec (600 s)"),
+)
 
 # Known fields, so that a typo (`replica: 3`) is an error rather than silently ignored.
 DEPLOYMENT_SPEC = {
@@ -159,6 +168,10 @@ class LintOptions:
     engine_images: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_IMAGES))
     engine_commands: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_COMMANDS))
     min_startup_s: float = 600.0  # weight loading on a GPU node takes minutes
+    # the longest time an answer may send nothing: a queued request gets its headers and
+    # then no byte until admitted; a long prompt's prefill sends nothing either
+    longest_silence_s: float = 120.0
+    longest_answer_s: float | None = None  # the longest answer the service must finish
     gpu_quota: int | None = None  # nvidia.com/gpu the namespace may use
 
 
@@ -237,6 +250,25 @@ def _validate(m: Manifest) -> None:
     for key, value in _numbers(m.obj):
         if value < 0:
             raise LintInputError(f"{where}: {key} cannot be negative ({value})")
+    ru = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    for key in ("maxSurge", "maxUnavailable"):
+        if key in ru:
+            int_or_percent(ru[key], f"{where}: spec.strategy.rollingUpdate.{key}")
+
+
+def int_or_percent(value, where: str) -> tuple[float, bool]:
+    """Kubernetes' IntOrString: 2 or "25%". Returns (number, is_percent)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return float(value), False
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("%") and _num(text[:-1]) is not None and _num(text[:-1]) >= 0:
+            return float(text[:-1]), True
+        if text.isdigit():
+            return float(text), False
+    raise LintInputError(
+        f"{where}: {value!r} is neither a whole number nor a percentage such as 25%"
+    )
 
 
 def _numbers(obj, prefix=""):
@@ -312,13 +344,63 @@ def _strategy(m: Manifest) -> tuple[int, int]:
     ru = ((m.obj.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
 
     def resolve(v, default, up):
-        v = default if v is None else v
-        if isinstance(v, str) and v.endswith("%"):
-            x = float(v[:-1]) * replicas / 100
+        n, percent = int_or_percent(default if v is None else v, m.ref)
+        if percent:
+            x = n * replicas / 100
             return int(-(-x // 1)) if up else int(x)
-        return int(v)
+        return int(n)
 
     return resolve(ru.get("maxSurge"), "25%", True), resolve(ru.get("maxUnavailable"), "25%", False)
+
+
+def shell_wrapper(c: dict, opts: LintOptions) -> tuple[str, str] | None:
+    """How a shell stands between the kubelet's SIGTERM and the engine, if it does:
+    ("compound", script), ("simple", script) or ("script", path)."""
+    argv = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
+    if not argv:
+        return None
+    if SHELLS.search(argv[0]) and len(argv) > 2 and re.fullmatch(r"-[a-z]*c[a-z]*", argv[1]):
+        script = argv[2]
+        engine = next((m for p in opts.engine_commands if (m := re.search(p, script))), None)
+        if engine is None:
+            return None
+        before = script[: engine.start()]
+        if re.search(r"(^|[;&|\n]\s*|\s)exec\s+(env\s+)?(\S+=\S+\s+)*$", before):
+            return None  # `exec vllm serve ...`: the engine replaces the shell
+        return ("compound" if COMPOUND.search(script) else "simple", script)
+    script = argv[1] if SHELLS.search(argv[0]) and len(argv) > 1 else argv[0]
+    if script.endswith(".sh"):
+        return ("script", script)
+    return None
+
+
+def _seconds_annotation(m: Manifest, key: str) -> float | None:
+    value = ((m.obj.get("metadata") or {}).get("annotations") or {}).get(key)
+    if value is None:
+        return None
+    n = _num(str(value).strip().removesuffix("s"))
+    if n is None or n < 0:
+        raise LintInputError(
+            f"{m.file}: document {m.doc} ({m.ref}): metadata.annotations.{key} {value!r} is "
+            "not a number of seconds"
+        )
+    return n
+
+
+def _ingress_services(ing: Manifest) -> set[str]:
+    spec = ing.obj.get("spec") or {}
+    backends = [spec.get("defaultBackend") or {}]
+    for rule in spec.get("rules") or []:
+        backends += [
+            p.get("backend") or {} for p in ((rule or {}).get("http") or {}).get("paths") or []
+        ]
+    return {((b.get("service") or {}).get("name")) for b in backends} - {None}
+
+
+def _is_ingress_nginx(ing: Manifest) -> bool:
+    cls = str((ing.obj.get("spec") or {}).get("ingressClassName") or "")
+    annotations = (ing.obj.get("metadata") or {}).get("annotations") or {}
+    return "nginx" in cls or any(str(k).startswith(NGINX_ANNOTATION) for k in annotations)
 
 
 def _selects(selector: dict | None, labels: dict) -> bool:
@@ -421,6 +503,61 @@ def _lint_deployment(
             "grace 75)",
         )
 
+    wrapper = shell_wrapper(c, opts)
+    if wrapper and wrapper[0] == "compound":
+        add(
+            "RC012",
+            "error",
+            f"{cpath}.command",
+            "the engine runs under a shell script of several commands without `exec`: the "
+            "shell is PID 1 and takes the kubelet's SIGTERM (a shell does not pass it on), so "
+            "the engine never drains and is SIGKILLed at the end of the grace period",
+            "start the engine with `exec` as the script's last command (exec vllm serve ...), "
+            "or put the engine in command/args directly",
+        )
+    elif wrapper and wrapper[0] == "simple":
+        add(
+            "RC012",
+            "warning",
+            f"{cpath}.command",
+            f"the engine is started by `{wrapper[1][:60]}` under a shell without `exec`: only "
+            "a shell that happens to exec a lone command (bash does) lets SIGTERM reach it",
+            "write `exec` before the engine command, or drop the shell",
+        )
+    elif wrapper:
+        add(
+            "RC012",
+            "warning",
+            f"{cpath}.command",
+            f"the engine is started by the script {wrapper[1]}: SIGTERM reaches the engine "
+            "only if the script ends in `exec <engine> ...`, which rollcheck cannot see",
+            "end the script with `exec vllm serve ...` (or use tini/dumb-init to forward signals)",
+        )
+    if "terminationGracePeriodSeconds" in pod:
+        for cap, who in GRACE_CAPS:
+            if grace > cap:
+                add(
+                    "RC015",
+                    "warning",
+                    "spec.template.spec.terminationGracePeriodSeconds",
+                    f"terminationGracePeriodSeconds {grace:g} s is above {cap} s: {who}, so "
+                    "answers the grace period was meant to cover are cut there",
+                    f"keep answers (preStop + shutdown timeout) under {cap} s, or drain the "
+                    "node yourself before the operation",
+                )
+                break
+    if opts.longest_answer_s is not None and grace < (prestop or 0) + opts.longest_answer_s:
+        add(
+            "RC015",
+            "error",
+            "spec.template.spec.terminationGracePeriodSeconds",
+            f"terminationGracePeriodSeconds {grace:g} s is below preStop {prestop or 0:g} s + "
+            f"the longest expected answer ({opts.longest_answer_s:g} s): the longest answers "
+            "in flight at a drain are SIGKILLed",
+            f"set terminationGracePeriodSeconds (and --shutdown-timeout) to cover "
+            f"{(prestop or 0) + opts.longest_answer_s:g} s",
+        )
+
     labels = (((d.obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
         "labels"
     ) or {}
@@ -431,6 +568,28 @@ def _lint_deployment(
         if not _selects(spec.get("selector"), labels):
             continue
         min_av, max_un = spec.get("minAvailable"), spec.get("maxUnavailable")
+        where = f"{pdb.file}: document {pdb.doc} ({pdb.ref})"
+        if min_av is not None:
+            n, percent = int_or_percent(min_av, f"{where}: spec.minAvailable")
+            # Kubernetes rounds a minAvailable percentage up
+            if percent and 0 < n < 100 and -(-n * replicas // 100) >= replicas:
+                out.append(
+                    Finding(
+                        "RC013",
+                        "error",
+                        pdb.ref,
+                        "spec.minAvailable",
+                        f"minAvailable {min_av} of {replicas} replicas rounds up to "
+                        f"{int(-(-n * replicas // 100))} (Kubernetes rounds it up): no pod of "
+                        f"{d.ref} may be evicted, so node drains and scale-downs block",
+                        f"use maxUnavailable: 1, or a percentage that leaves one replica "
+                        f"(at most {100 * (replicas - 1) // replicas}% of {replicas})",
+                        pdb.file,
+                        pdb.line,
+                    )
+                )
+        if max_un is not None:
+            int_or_percent(max_un, f"{where}: spec.maxUnavailable")
         blocks = (
             min_av == "100%"
             or (isinstance(min_av, int) and min_av >= replicas)
@@ -530,6 +689,38 @@ def _lint_deployment(
                     "(vllm:num_requests_running), or keep minReplicaCount >= 1",
                     so.file,
                     so.line,
+                )
+            )
+    services = {
+        m.name
+        for m in same_ns
+        if m.kind == "Service" and _selects((m.obj.get("spec") or {}).get("selector"), labels)
+    }
+    for ing in (m for m in same_ns if m.kind == "Ingress" and _is_ingress_nginx(m)):
+        if not _ingress_services(ing) & services:
+            continue
+        key = NGINX_ANNOTATION + "proxy-read-timeout"
+        value = _seconds_annotation(ing, key)
+        read = NGINX_DEFAULT_TIMEOUT_S if value is None else value
+        # proxy-send-timeout times only writes to the engine (the request): measured, a
+        # stream with 2.5 s silences outlived a 1 s send timeout, so it is only validated
+        _seconds_annotation(ing, NGINX_ANNOTATION + "proxy-send-timeout")
+        if read < opts.longest_silence_s:
+            set_or_default = f"{read:g} s" if value is not None else f"unset ({read} s by default)"
+            out.append(
+                Finding(
+                    "RC014",
+                    "warning" if value is None else "error",
+                    ing.ref,
+                    f"metadata.annotations.{key}",
+                    f"proxy-read-timeout {set_or_default} is shorter than the longest expected "
+                    f"silence ({opts.longest_silence_s:g} s): a queued request gets headers "
+                    "and then no byte until admitted, and nginx closes a stream that sends "
+                    "nothing for that long ('upstream timed out' in its error log; the client "
+                    "gets a cut answer)",
+                    f'set {key}: "{max(3600, int(opts.longest_silence_s))}"',
+                    ing.file,
+                    ing.line,
                 )
             )
     if opts.gpu_quota is not None:

@@ -58,6 +58,17 @@ CASES = {
             query="sum(rate(vllm:request_success_total[1m]))"
         ),
     ),
+    "RC012": lambda o: container(o).update(
+        command=["sh", "-c"], args=["pip install -q extra && vllm serve --shutdown-timeout=45"]
+    ),
+    "RC013": lambda o: o[2]["spec"].update(minAvailable="60%", maxUnavailable=None),
+    "RC014": lambda o: o[4]["metadata"]["annotations"].pop(
+        "nginx.ingress.kubernetes.io/proxy-read-timeout"
+    ),
+    "RC015": lambda o: (
+        o[0]["spec"]["template"]["spec"].update(terminationGracePeriodSeconds=7200),
+        container(o)["args"].append("--shutdown-timeout=7000"),
+    ),
 }
 
 
@@ -159,3 +170,104 @@ def test_cli_formats_exit_codes_and_stdin(tmp_path):
     (tmp_path / "x.yaml").write_text("a: [b\n")
     r = run_cli(str(tmp_path / "x.yaml"))
     assert r.returncode == 2 and "x.yaml: document 1" in r.stderr and "Traceback" not in r.stderr
+
+
+def findings_of(objs: list[dict], **opts):
+    return lint(parse_documents(yaml.safe_dump_all(objs), "m.yaml"), LintOptions(**opts))
+
+
+@pytest.mark.parametrize(
+    "command, args, severity",
+    [
+        (["/bin/bash", "-ec"], ["cd /models && vllm serve x --shutdown-timeout=45"], "error"),
+        (["sh", "-c"], ["vllm serve x --shutdown-timeout=45"], "warning"),  # bash may exec it
+        (["/entrypoint.sh"], [], "warning"),  # cannot see inside
+        (["sh", "-c"], ["cd /models && exec vllm serve x --shutdown-timeout=45"], None),
+        (["sh", "-c"], ["exec env A=1 vllm serve x --shutdown-timeout=45"], None),
+        (["vllm", "serve"], ["x", "--shutdown-timeout=45"], None),
+    ],
+)
+def test_rc012_the_engine_must_get_sigterm(command, args, severity):
+    objs = mutate(lambda o: container(o).update(command=command, args=args))
+    got = [f.severity for f in findings_of(objs) if f.rule == "RC012"]
+    assert got == ([severity] if severity else [])
+
+
+@pytest.mark.parametrize(
+    "replicas, min_available, trips",
+    [(2, "60%", True), (3, "67%", True), (3, "66%", False), (10, "90%", False), (2, "50%", False)],
+)
+def test_rc013_min_available_percentages_round_up(replicas, min_available, trips):
+    def change(o):
+        o[0]["spec"]["replicas"] = replicas
+        o[2]["spec"] = {"minAvailable": min_available, "selector": o[2]["spec"]["selector"]}
+
+    found = [f for f in findings_of(mutate(change)) if f.rule == "RC013"]
+    assert bool(found) == trips
+    if trips:
+        assert f"rounds up to {replicas}" in found[0].why
+
+
+def test_rc014_proxy_read_timeout_against_the_longest_silence():
+    key = "nginx.ingress.kubernetes.io/proxy-read-timeout"
+
+    def with_timeout(v):
+        return mutate(lambda o: o[4]["metadata"]["annotations"].update({key: v}))
+
+    assert [f.severity for f in findings_of(with_timeout("90")) if f.rule == "RC014"] == ["error"]
+    assert not [
+        f for f in findings_of(with_timeout("90"), longest_silence_s=60) if f.rule == "RC014"
+    ]
+    unset = mutate(lambda o: o[4]["metadata"]["annotations"].pop(key))
+    (f,) = [f for f in findings_of(unset) if f.rule == "RC014"]
+    assert f.severity == "warning" and "unset (60 s by default)" in f.why
+    # an Ingress in front of another Service, or of another controller, is not this rule's
+    other = mutate(
+        lambda o: o[4]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"].update(
+            name="web"
+        )
+    )
+    other[4]["metadata"]["annotations"].pop(key)
+    assert "RC014" not in {f.rule for f in findings_of(other)}
+
+
+def test_rc015_grace_caps_and_the_longest_answer():
+    assert "RC015" not in {f.rule for f in findings_of(docs())}
+    (f,) = [f for f in findings_of(docs(), longest_answer_s=300) if f.rule == "RC015"]
+    assert f.severity == "error" and "preStop 15 s + the longest expected answer (300 s)" in f.why
+    assert not [f for f in findings_of(docs(), longest_answer_s=50) if f.rule == "RC015"]
+    long = mutate(CASES["RC015"])
+    (f,) = [f for f in findings_of(long) if f.rule == "RC015"]
+    assert "GKE node upgrades" in f.why and "3600" in f.why
+    mid = mutate(
+        lambda o: o[0]["spec"]["template"]["spec"].update(terminationGracePeriodSeconds=900)
+    )
+    (f,) = [f for f in findings_of(mid) if f.rule == "RC015"]
+    assert "cluster-autoscaler" in f.why
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda o: o[0]["spec"]["strategy"]["rollingUpdate"].update(maxSurge="lots"),
+            "spec.strategy.rollingUpdate.maxSurge: 'lots' is neither a whole number nor a percentage",
+        ),
+        (
+            lambda o: o[2]["spec"].update(minAvailable="most"),
+            "spec.minAvailable: 'most' is neither a whole number nor a percentage",
+        ),
+        (
+            lambda o: o[4]["metadata"]["annotations"].update(
+                {"nginx.ingress.kubernetes.io/proxy-read-timeout": "an hour"}
+            ),
+            "proxy-read-timeout 'an hour' is not a number of seconds",
+        ),
+    ],
+)
+def test_new_rules_refuse_bad_values_in_one_line(tmp_path, change, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump_all(mutate(change)))
+    r = run_cli(str(f))
+    assert r.returncode == 2 and message in r.stderr and str(f) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
