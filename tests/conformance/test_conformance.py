@@ -26,6 +26,9 @@ from harness.proc import free_port, refuses_connections
 pytestmark = pytest.mark.engine
 MODEL = "m"
 CHAT = "/v1/chat/completions"
+# an answer that outlasts any experiment on any machine (max_model_len 1024); tests
+# that need it gone cancel it rather than wait for it
+LONG = 1000
 START_TIMEOUT_S = 240  # real vLLM on 2 cores: 35-75 s, longer on a cold compile cache
 
 
@@ -146,6 +149,7 @@ class Reader(threading.Thread):
         self.status = self.headers_at = self.body_at = None
         self.raw, self.end = b"", None
         self.t0 = time.monotonic()
+        self._cancel = threading.Event()
         self.start()
 
     def run(self) -> None:
@@ -156,11 +160,20 @@ class Reader(threading.Thread):
                 for chunk in r.iter_raw():
                     self.body_at = self.body_at or time.monotonic()
                     self.raw += chunk
+                    if self._cancel.is_set():
+                        self.end = "cancelled"  # the client left; the engine aborts it
+                        return
             self.end = "eof"
         except httpx.ReadTimeout:
             self.end = "silence"  # no byte for read_timeout_s: hung
         except httpx.HTTPError as exc:
             self.end = type(exc).__name__
+
+    def cancel(self) -> None:
+        """Leave mid-stream, as a client does, so the next request is admitted now
+        rather than after a long answer whose length depends on the machine's speed."""
+        self._cancel.set()
+        self.join(30)
 
     def wait_tokens(self, n: int, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
@@ -168,11 +181,16 @@ class Reader(threading.Thread):
             time.sleep(0.05)
 
 
-def wait_waiting(engine: Engine, n: int = 1, timeout_s: float = 30) -> None:
-    """Until the engine's own metrics show n requests waiting (a loaded API server can
-    take over a second to hand a request on), then until the waiting one has headers."""
+def wait_waiting(engine: Engine, running: Reader, n: int = 1, timeout_s: float = 30) -> None:
+    """Until the engine's own metrics show n requests waiting behind `running` (a loaded
+    API server can take over a second to hand a request on)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if not running.is_alive():
+            raise AssertionError(
+                f"{engine.kind}: the running request ended ({running.end}) "
+                "before another was seen waiting"
+            )
         text = httpx.get(engine.url + "/metrics", timeout=5).text
         line = next(ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_waiting{"))
         if float(line.rsplit(" ", 1)[1]) >= n:
@@ -253,43 +271,44 @@ def test_metric_names_and_labels(one_slot):
 
 
 def test_a_queued_request_gets_headers_then_nothing_until_admitted(one_slot):
-    running = Reader(one_slot.url, body(300))
+    running = Reader(one_slot.url, body(LONG))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    wait_waiting(one_slot)
+    wait_waiting(one_slot, running)
     deadline = time.monotonic() + 5
     while queued.status is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert queued.status == 200 and queued.raw == b""  # headers, and not one byte
-    assert running.is_alive()
-    running.join(60)
+    assert queued.status == 200  # headers at once
+    time.sleep(1)
+    assert queued.raw == b"" and running.is_alive()  # and not one byte while it waits
+    running.cancel()
     queued.join(60)
     assert queued.body_at - queued.headers_at > 0.5  # the role chunk came with its token
     assert events(queued.raw)[-1] == "[DONE]"
 
 
 def test_admission_limit_answers_503(one_slot):
-    running = Reader(one_slot.url, body(300))
+    running = Reader(one_slot.url, body(LONG))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    wait_waiting(one_slot)
+    wait_waiting(one_slot, running)
     r = httpx.post(one_slot.url + CHAT, json=body(3), timeout=30)
     if r.status_code == 503:
         assert "currently busy" in r.json()["error"]["message"]
     else:  # the other shape vLLM uses when requests arrive together
         evs = events(r.content)
         assert r.status_code == 200 and evs[-2]["error"]["code"] == 503 and evs[-1] == "[DONE]"
-    running.join(60)
+    running.cancel()
     queued.join(60)
 
 
 def test_sigterm_with_the_default_shutdown_timeout(one_slot):
     """Last: it ends the engine. Streams in flight hang or get the EngineCore error event
     (a race in vLLM 0.32); never finish_reason abort; the listener closes at once."""
-    running = Reader(one_slot.url, body(600), read_timeout_s=5)
+    running = Reader(one_slot.url, body(LONG), read_timeout_s=5)
     running.wait_tokens(5)
     queued = Reader(one_slot.url, body(5), read_timeout_s=5)
-    time.sleep(0.5)
+    wait_waiting(one_slot, running)  # both inside the engine at the SIGTERM
     one_slot.signal(signal.SIGTERM)
     time.sleep(0.5)
     assert refuses_connections(one_slot.port)  # new connections and /health are refused
