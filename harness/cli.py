@@ -206,6 +206,80 @@ def _up(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _canary(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "canary",
+        help="compare a candidate's answers with a baseline's on golden prompts "
+        "(exit 0 pass, 1 diverged, 2 bad input)",
+    )
+    p.add_argument("--baseline", required=True, help="the current version's replica, base URL")
+    p.add_argument("--candidate", required=True, help="the new version's replica, base URL")
+    p.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="JSON lines: prompt, optional expect (substrings) and max_tokens "
+        "(default: a small shipped set)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("same", "new"),
+        default="same",
+        help="same: same weights, new engine (token for token); new: new weights "
+        "(judged against the baseline's distribution)",
+    )
+    p.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.9,
+        help="same mode: share of answers that must be identical (default 0.9)",
+    )
+    p.add_argument("--model", default=None, help="model name to request (default: server's)")
+    p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without data")
+    p.add_argument("--out", type=Path, default=None, help="write canary.json into this folder")
+    p.add_argument(
+        "--api-key",
+        metavar="ENV_VAR",
+        default=None,
+        help="name of the environment variable holding the API key (never written to disk)",
+    )
+
+    def run(ns: argparse.Namespace) -> int:
+        import json as _json
+
+        from harness import canary
+
+        for name in ("baseline", "candidate"):
+            if not getattr(ns, name).startswith(("http://", "https://")):
+                raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
+        if not 0 <= ns.min_agreement <= 1:
+            raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
+        if ns.stall_timeout <= 0:
+            raise UsageError("--stall-timeout must be positive")
+        if ns.api_key and ns.api_key not in os.environ:
+            raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
+        headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
+        try:
+            prompts = canary.load_prompts(ns.prompts)
+        except canary.CanaryInputError as exc:
+            raise UsageError(str(exc)) from None
+        answers = [
+            canary.ask(url, prompts, ns.model, headers=headers, stall_timeout_s=ns.stall_timeout)
+            for url in (ns.baseline, ns.candidate)
+        ]
+        result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)
+        print(canary.format_table(result))
+        if ns.out:
+            ns.out.mkdir(parents=True, exist_ok=True)
+            (ns.out / "canary.json").write_text(_json.dumps(result.to_dict(), indent=2) + "\n")
+            print(f"result: {ns.out / 'canary.json'}")
+        if result.status == "inconclusive":
+            raise UsageError(f"{ns.baseline}: {result.reasons[0]}")
+        return 0 if result.status == "pass" else 1
+
+    p.set_defaults(func=run)
+
+
 def _report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
@@ -504,7 +578,7 @@ def _kube_restore(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up, _report, _lint, _plan, _kube_local, _kube_restore]
+COMMANDS = [_sim, _probe, _load, _up, _report, _canary, _lint, _plan, _kube_local, _kube_restore]
 
 
 def build_parser() -> argparse.ArgumentParser:

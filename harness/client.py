@@ -59,14 +59,16 @@ def stream_request(
     headers: dict | None = None,
     on_record: Callable[[StreamRecord], None] | None = None,
     on_headers: Callable[[], None] | None = None,
+    keep_text: bool = False,
 ) -> StreamRecord:
-    """POST payload to url and read the event stream to its end."""
+    """POST payload to url and read the event stream to its end (keep_text: with the
+    answer's content pieces in record.pieces)."""
     request_id = request_id or new_request_id()
     hdrs = {"X-Request-Id": request_id, "Accept": "text/event-stream"}
     hdrs.update(headers or {})
     sent_at = time.time()
     t0 = time.monotonic()
-    obs = StreamObserver(request_id, sent_at, thresholds)
+    obs = StreamObserver(request_id, sent_at, thresholds, keep_text=keep_text)
     record: StreamRecord | None = None
     try:
         record = _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers)

@@ -631,7 +631,7 @@ class SimApp:
         tokens, finish = text.answer(
             req.prompt,
             req.seed + self.s.seed,
-            self.s.model_version,
+            self.s.weights or self.s.model_version,
             max_tokens=req.max_tokens,
             ignore_eos=req.ignore_eos,
             min_tokens=req.min_tokens,

@@ -23,6 +23,7 @@ class SimSettings:
     port: int = 8000
     model: str = "rollcheck-sim"
     model_version: str = "v1"
+    weights: str = ""
     degraded: bool = False
     seed: int = 0
     # timing
@@ -81,7 +82,9 @@ _HELP = {
     "port": "port to listen on",
     "model": "served model name (requests naming another model get 404)",
     "model_version": "version string shown in system_fingerprint, to tell rollouts apart",
-    "degraded": "produce different (wrong) text, to detect a bad version by its answers",
+    "weights": "the weights answers come from (default: model_version); the same weights "
+    "under another model_version answer the same, as an engine upgrade should",
+    "degraded": "a bad model at normal speed with healthy probes: degenerate, repetitive text",
     "seed": "base seed of the deterministic text",
     "ttft_s": "time to first token for an admitted request",
     "itl_s": "time between tokens",

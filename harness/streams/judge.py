@@ -47,8 +47,11 @@ class Thresholds:
 
 
 class StreamObserver:
-    def __init__(self, request_id: str, sent_at: float, thresholds: Thresholds):
+    def __init__(
+        self, request_id: str, sent_at: float, thresholds: Thresholds, keep_text: bool = False
+    ):
         self.request_id = request_id
+        self.pieces: list[str] | None = [] if keep_text else None
         self.sent_at = sent_at
         self.th = thresholds
         self.status: int | None = None
@@ -130,6 +133,8 @@ class StreamObserver:
                 continue
             if _has_content(choice):
                 self._token(ev.t)
+                if self.pieces is not None:
+                    self.pieces.append(_content(choice))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
@@ -196,6 +201,7 @@ class StreamObserver:
             bytes=self.bytes,
             skew_p50_s=quantile_of_sorted(skews, 0.5),
             skew_p99_s=quantile_of_sorted(skews, 0.99),
+            pieces=self.pieces,
         )
 
     def _classify(self, end: End) -> Outcome:
@@ -228,6 +234,13 @@ class StreamObserver:
         if self.events == 0 and self._parser.pending_bytes == 0 and self.comments == 0:
             return Outcome.TRUNCATED if self.bytes == 0 else Outcome.NOT_SSE
         return Outcome.TRUNCATED
+
+
+def _content(choice: dict) -> str:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return str(delta.get("content") or delta.get("reasoning_content") or "")
+    return str(choice.get("text") or "")
 
 
 def _has_content(choice: dict) -> bool:

@@ -57,6 +57,8 @@ class StreamRecord:
     skew_p50_s: float | None = None  # only when the server stamps chunks (benchmarks)
     skew_p99_s: float | None = None
     tags: dict = field(default_factory=dict)  # load-generator labels: user class, length class
+    # the answer's content, one piece per content event (kept only when asked: canary)
+    pieces: list[str] | None = None
     # filled by correlation with the gateway and the cluster
     pod: str | None = None
     version: str | None = None
@@ -71,7 +73,10 @@ class StreamRecord:
         return self.outcome in BROKEN
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+        d = dataclasses.asdict(self)
+        if d["pieces"] is None:
+            del d["pieces"]  # the load's records do not keep their answers
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict) -> StreamRecord:
