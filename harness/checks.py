@@ -20,6 +20,7 @@ from harness.verdict import (
     MAX_LISTED,
     OK_OUTCOMES,
     PHASES,
+    Check,
     CheckResult,
     RunData,
     Status,
@@ -865,3 +866,36 @@ __all__ = [
     "ttft_recovers_after_step",
     "ttft_slo_budget",
 ]
+
+
+# --- canary --------------------------------------------------------------------------
+
+CANARY_HINTS = {
+    "same": "with the same weights the new engine answers differently: a changed tokenizer, "
+    "chat template, dtype or quantisation, or a sampling default; compare the answers side "
+    "by side in the report before promoting",
+    "new": "the new weights answer unlike the old ones (repetition, empty or garbled text, "
+    "lost expected answers): a bad checkpoint, a wrong tokenizer or chat template; the "
+    "canary was rolled back",
+}
+
+
+def canary_answers(result: dict) -> Check:
+    """The canary's answers against the baseline's (harness.canary.compare, as a dict)."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "canary_answers"
+        population = (
+            f"{result['prompts_compared']} golden prompts on {result.get('candidate_pod')} "
+            f"against {result.get('baseline_pod')} ({result['mode']} weights)"
+        )
+        if result["status"] == "inconclusive":
+            return inconclusive(name, result["expected"], "; ".join(result["reasons"]))
+        if result["status"] == "pass":
+            return passed(name, result["observed"], result["expected"], population)
+        observed = f"{result['observed']}: " + "; ".join(result["reasons"])
+        return failed(
+            name, observed, result["expected"], population, hint=CANARY_HINTS[result["mode"]]
+        )
+
+    return check

@@ -22,6 +22,7 @@ KINDS = {
     "scale_to_zero": "scale an idle-looking replica to zero with a long answer in flight",
     "pod_kill": "kill a pod mid-stream (involuntary disruption)",
     "scale_up": "a load step while new replicas start",
+    "canary": "one replica of a new version, its answers compared with the baseline's",
 }
 
 config_key = pytest.StashKey[object]()

@@ -46,6 +46,7 @@ class Scenario:
         self.t_recovered: float | None = None
         self.t_start: float | None = None
         self.summary: dict | None = None
+        self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
         self._health_thread: threading.Thread | None = None
 
@@ -192,6 +193,31 @@ class Scenario:
         desired = hpa_desired(len(pods), per_replica, self.cfg.scenario.hpa_target_in_flight)
         self.target.scale(desired)
         return desired
+
+    def ask(self, pod, prompts: list) -> list:
+        """Golden prompts to one pod directly (not through the gateway), so each answer is
+        known to come from that pod's version. Two at a time: the pod is also serving the
+        load, whose TTFT the prompts must not push over its SLO."""
+        from harness.canary import ask
+
+        return ask(
+            f"http://{pod.address}",
+            prompts,
+            self.cfg.load.model,
+            stall_timeout_s=self.cfg.slo.stall_timeout_s,
+            concurrency=2,
+        )
+
+    def wait_version_ready(self, version: str, timeout_s: float):
+        """The first ready pod of a version (the canary replica)."""
+        found: list = []
+
+        def ready() -> bool:
+            found[:] = [p for p in self.target.ready_pods() if p.version == version]
+            return bool(found)
+
+        self.wait_for(ready, timeout_s, f"a ready pod of version {version}")
+        return found[0]
 
     # --- observe -------------------------------------------------------------------
     def wait_rollout(self) -> None:

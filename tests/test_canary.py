@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from harness.canary import (
     repetition,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the engine keeps each stream alive while pods roll over to a new version".split()
 PROMPTS = [Prompt(f"p{i}", f"question {i}", ("stream",) if i == 0 else ()) for i in range(6)]
 
@@ -167,3 +169,29 @@ def test_the_gate_command_against_real_simulators(sim_factory, tmp_path):
     bad.exited_within(10)
     r = run_canary("--baseline", base.url, "--candidate", bad.url)
     assert r.returncode == 1 and "connect_error" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_the_argo_rollouts_example_runs_a_valid_command_on_valid_prompts(tmp_path):
+    """deploy/canary: the analysis Job's arguments parse, and its golden prompts load."""
+    import yaml
+
+    from harness.cli import build_parser
+
+    template, prompts = yaml.safe_load_all(
+        (ROOT / "deploy/canary/analysis-template.yaml").read_text()
+    )
+    job = template["spec"]["metrics"][0]["provider"]["job"]["spec"]["template"]["spec"]
+    args = job["containers"][0]["args"]
+    assert args[:2] == ["rollcheck", "canary"]
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(prompts["data"]["golden.jsonl"])
+    filled = [
+        a.replace("{{args.stable-url}}", "http://stable:8000")
+        .replace("{{args.canary-url}}", "http://canary:8000")
+        .replace("{{args.mode}}", "same")
+        .replace("/prompts/golden.jsonl", str(golden))
+        for a in args[1:]
+    ]
+    ns = build_parser().parse_args(filled)
+    assert (ns.mode, ns.min_agreement) == ("same", 0.9)
+    assert [p.id for p in load_prompts(ns.prompts)] == ["capital", "arithmetic", "code", "long"]

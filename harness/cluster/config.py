@@ -6,6 +6,7 @@ of its options), so a config line and a `rollcheck sim` flag mean the same.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,38 @@ class Kube:
 
 
 @dataclass
+class Canary:
+    """The canary scenario: one replica of a new version, its answers compared with the
+    baseline's on golden prompts (rollcheck canary), promoted if they agree, rolled back
+    if not."""
+
+    version: str = "v2"
+    # same: the same weights under a new engine (token for token); new: new weights
+    mode: str = "same"
+    min_agreement: float = 0.9  # same mode: share of answers that must be identical
+    prompts: str | None = None  # JSON lines (rollcheck canary --prompts); default: shipped set
+    # the candidate's engine settings over the baseline's, e.g. {degraded: true}
+    engine: dict = field(default_factory=dict)
+    ready_s: float = 60.0  # longest wait for the canary replica to be ready
+
+    def validate(self) -> None:
+        from harness.canary import MODES, CanaryInputError, load_prompts
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if not 0 <= self.min_agreement <= 1:
+            raise ValueError(f"min_agreement must be between 0 and 1, not {self.min_agreement}")
+        known = {f.name for f in dataclasses.fields(EngineSettings)}
+        unknown = sorted(set(self.engine) - known)
+        if unknown:
+            raise ValueError(f"engine.{unknown[0]} is not an engine setting (rollcheck sim --help)")
+        try:
+            load_prompts(self.prompts)
+        except CanaryInputError as exc:
+            raise ValueError(f"prompts: {exc}") from None
+
+
+@dataclass
 class RunConfig:
     replicas: int = 3
     nodes: int = 2
@@ -252,6 +285,7 @@ class RunConfig:
     slo: Slo = field(default_factory=Slo)
     scenario: ScenarioTiming = field(default_factory=ScenarioTiming)
     kube: Kube = field(default_factory=Kube)
+    canary: Canary = field(default_factory=Canary)
 
     def validate(self) -> None:
         if self.replicas < 0 or self.nodes < 1:

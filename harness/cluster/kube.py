@@ -632,12 +632,15 @@ class KubeTarget(Target):
         if self.cfg.kube.image:
             container["image"] = self.cfg.kube.image.replace("{version}", version)
         if engine:
+            flags = [flag_name(k) for k in engine]
             args = [
-                a
-                for a in (c.args or [])
-                if not any(a.startswith(flag_name(k) + "=") for k in engine)
+                a for a in (c.args or []) if not any(a == f or a.startswith(f + "=") for f in flags)
             ]
-            args += [f"{flag_name(k)}={v}" for k, v in engine.items()]
+            for k, v in engine.items():
+                if isinstance(v, bool):  # the simulator's booleans are bare flags
+                    args += [flag_name(k)] if v else []
+                else:
+                    args.append(f"{flag_name(k)}={v}")
             container["args"] = args
         body: dict = {
             "spec": {

@@ -21,6 +21,7 @@ def write_run(scenario, data, results, load_status: dict) -> dict:
         config=scenario.cfg,
         target_obj=scenario.target,
     )
+    summary |= getattr(scenario, "extras", {})
     summary["report"] = str(run_dir / "report.html")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     from harness.report.html import write_report

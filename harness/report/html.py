@@ -54,6 +54,7 @@ th{background:#fafafa} .num{text-align:right;font-variant-numeric:tabular-nums}
 .hint{color:#6d4c41;margin:2px 0 10px 0} .muted{color:#777} svg{background:#fff;border:1px solid #eee}
 code{font-size:12px} .swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px}
 input{padding:4px 8px;width:320px}
+table.canary td{vertical-align:top;max-width:380px} table.canary pre{white-space:pre-wrap;margin:0;font-size:12px}
 """
 
 
@@ -126,6 +127,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _actions(events, t0),
         _failed_checks(summary),
         _evidence(summary),
+        _canary_section(summary.get("canary")),
         _lint_section(summary.get("lint") or []),
         _outcome_table(summary),
         "<h2>Timeline</h2>",
@@ -231,6 +233,57 @@ def _goodput_table(summary: dict) -> str:
         "breach.</p><table><tr><th>phase</th><th>requests</th><th>goodput</th>"
         "<th>TTFT breaches</th><th>budget</th><th>missing [DONE]</th><th>truncated</th>"
         f"<th>gateway 499</th></tr>{rows}</table>"
+    )
+
+
+CANARY_PROFILE = (
+    ("complete", "answers complete"),
+    ("empty", "empty share"),
+    ("repetition", "repeated word 3-grams"),
+    ("median_words", "median length (words)"),
+    ("cut_by_max_tokens", "cut by max_tokens"),
+    ("bad_chars", "non-printable / U+FFFD"),
+    ("expected_missing", "expected text missing"),
+)
+
+
+def _canary_section(c: dict | None) -> str:
+    """The canary's answers next to the baseline's: the worst prompts side by side."""
+    if not c:
+        return ""
+    head = (
+        f"<h2>Canary answers: {_e(c['status'].upper())}, {_e(c.get('action', ''))}</h2>"
+        f"<p>{_e(c['prompts_compared'])} golden prompts, greedy, asked of "
+        f"<code>{_e(c.get('baseline_pod'))}</code> (baseline) and "
+        f"<code>{_e(c.get('candidate_pod'))}</code> (canary) directly; mode "
+        f"<b>{_e(c['mode'])}</b> weights. {_e(c['observed'])}.</p>"
+    )
+    reasons = "".join(f"<li>{_e(r)}</li>" for r in c.get("reasons") or [])
+    rows = "".join(
+        f"<tr><td><b>{_e(p['prompt_id'])}</b><div class=muted>{_e(p['prompt'][:120])}</div></td>"
+        f"<td><pre>{_e(p['baseline'][:600])}</pre></td><td><pre>{_e(p['candidate'][:600])}</pre>"
+        f"</td><td>{_e(p['differed'])}</td></tr>"
+        for p in c.get("worst") or []
+    )
+    side = (
+        "<table class=canary><tr><th>prompt</th><th>baseline answer</th><th>canary answer</th>"
+        f"<th>what differed</th></tr>{rows}</table>"
+        if rows
+        else "<p>Every answer agreed with the baseline's.</p>"
+    )
+    b, k = c.get("baseline") or {}, c.get("candidate") or {}
+    profile = "".join(
+        f"<tr><td>{_e(label)}</td><td class=num>{_e(b.get(key))}</td>"
+        f"<td class=num>{_e(k.get(key))}</td></tr>"
+        for key, label in CANARY_PROFILE
+    )
+    return (
+        head
+        + (f"<ul>{reasons}</ul>" if reasons else "")
+        + side
+        + "<table><tr><th></th><th>baseline</th><th>canary</th></tr>"
+        + profile
+        + "</table>"
     )
 
 

@@ -6,6 +6,10 @@ target; the verdict is read back from the run folder's summary.json.
 
 from __future__ import annotations
 
+import html
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.scenario_runs import run_scenarios
@@ -121,10 +125,10 @@ def test_misconfiguration_is_caught(tmp_path, select, sets, outcomes, checks):
 
 def test_well_configured_deployment_passes_every_scenario(tmp_path):
     proc, summaries = run_scenarios(
-        tmp_path, "drain or rollout or scale_to_zero or pod_kill or scale_up"
+        tmp_path, "drain or rollout or scale_to_zero or pod_kill or scale_up or canary"
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 8
+    assert len(summaries) == 9
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -138,6 +142,34 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
             assert all(v == 0 for k, v in s["outcomes"].items() if k not in kept), s["outcomes"]
     index = next(tmp_path.glob("*/index.html"))
     assert index.exists()
+    canary = next(s for s in summaries if s["scenario"] == "canary")["canary"]
+    assert canary["action"] == "promoted" and canary["agreement"] == 1.0
+
+
+@pytest.mark.parametrize("mode", ["same", "new"])
+def test_a_degraded_canary_is_caught_and_rolled_back(tmp_path, mode):
+    """A bad model answers 200 at normal speed with healthy probes: every stream completes,
+    and only the comparison of its answers with the baseline's fails it."""
+    proc, (summary,) = run_scenarios(
+        tmp_path, "canary", "canary.engine.degraded=true", f"canary.mode={mode}"
+    )
+    assert proc.returncode == 1 and "FAILED canary_answers" in proc.stdout, proc.stdout[-2000:]
+    failed = {c["name"] for c in summary["checks"] if c["status"] == "fail"}
+    assert failed == {"canary_answers"}  # the streams themselves were fine
+    assert summary["outcomes"]["complete"] == summary["requests"]
+    c = summary["canary"]
+    assert c["action"] == "rolled back" and c["status"] == "fail"
+    worst = c["worst"][0]
+    assert worst["baseline"] and worst["candidate"] and worst["baseline"] != worst["candidate"]
+    rollouts = [e for e in summary_actions(tmp_path) if e.get("action") == "rollout"]
+    assert [r["to_version"] for r in rollouts] == ["v2", "v1"]  # the restoring rollback
+    page = next(tmp_path.glob("*/*/report.html")).read_text()
+    assert "Canary answers: FAIL, rolled back" in page and html.escape(worst["differed"]) in page
+
+
+def summary_actions(reports: Path) -> list[dict]:
+    events = next(reports.glob("*/*/events.jsonl")).read_text().splitlines()
+    return [e["detail"] for e in map(json.loads, events) if e["kind"] == "action"]
 
 
 def test_a_run_without_its_steady_state_is_inconclusive_everywhere(tmp_path):

@@ -16,7 +16,6 @@ from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.gateway import Nginx
 from harness.config import ConfigError, build
 from harness.proc import PidFile, free_port, reap_leftovers
-from harness.sim.settings import SimSettings
 
 __all__ = ["EvictionRefused", "LocalTarget"]
 
@@ -122,7 +121,7 @@ class LocalTarget(Target):
         if engine:
             data = dataclasses.asdict(settings) | engine
             try:
-                settings = build(SimSettings, data, "engine")
+                settings = build(type(settings), data, "engine")
             except ConfigError as exc:
                 raise TargetError(str(exc)) from None
         strategy = self.controller.strategy
