@@ -127,6 +127,7 @@ def ask(
     stall_timeout_s: float = 60.0,
     concurrency: int = 4,
     seed: int = 0,
+    client_settings: dict | None = None,
 ) -> list[Answer]:
     """Each prompt once, greedy, streamed and judged; never raises for a bad server."""
     from harness.client import chat_payload, make_client, stream_request
@@ -135,7 +136,7 @@ def ask(
     base = url.rstrip("/")
     endpoint = base if base.endswith("/chat/completions") else base + "/v1/chat/completions"
     th = Thresholds(stall_timeout_s)
-    with make_client(stall_timeout_s, max_connections=concurrency) as client:
+    with make_client(stall_timeout_s, concurrency, **(client_settings or {})) as client:
 
         def one(p: Prompt) -> Answer:
             payload = chat_payload(model, p.prompt, p.max_tokens, temperature=0, seed=seed)
@@ -290,12 +291,14 @@ def compare(
     bp, cp = profile(baseline, by_id), profile(candidate, by_id)
     judged = [r for r in rows if r.baseline_outcome == "complete"]
     if not judged:
+        first = next((a for a in baseline if not a.ok), None)
+        why = f" (first: {first.outcome}: {(first.error or '')[:200]})" if first else ""
         return CanaryResult(
             mode,
             "inconclusive",
             "no baseline answer",
             "baseline answers to compare with",
-            ["the baseline answered none of the prompts: check its URL and model name"],
+            [f"the baseline answered none of the prompts{why}: check its URL and model name"],
             rows,
             bp,
             cp,

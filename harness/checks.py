@@ -13,6 +13,7 @@ Hints name the likely misconfiguration, from what the engines really do
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from harness.streams import Outcome, StreamRecord
@@ -63,10 +64,11 @@ HINTS = {
 }
 
 ENGINE_CORE_HINT = (
-    "streams got the in-stream error 'EngineCore encountered an issue' at SIGTERM: vLLM "
-    "(0.32, --shutdown-timeout 0, its default) kills its engine core at once and fails "
-    "every stream in flight. Set --shutdown-timeout to about the p99 answer time and "
-    "terminationGracePeriodSeconds above preStop + that timeout"
+    "streams got the in-stream error 'EngineCore encountered an issue': vLLM (0.32) kills "
+    "its engine core at SIGTERM with --shutdown-timeout 0 (its default), or at the end of "
+    "a shorter drain than the answers in flight, and fails every stream still open. Set "
+    "--shutdown-timeout to about the p99 answer time and terminationGracePeriodSeconds "
+    "above preStop + that timeout"
 )
 DRAIN_500_HINT = (
     "new requests reached an engine that was already draining and got HTTP 500 'cannot "
@@ -660,24 +662,42 @@ def recovery_time(d: RunData) -> CheckResult:
     )
 
 
-def long_answer_finishes(d: RunData) -> CheckResult:
-    """scale_to_zero: the long answers in flight when the scaler took over finish."""
+def _long_answers(d: RunData, name: str, when: str, hint: str) -> CheckResult:
     longs = [r for r in d.records if r.tags.get("user") == "long"]
     in_flight = in_flight_at(longs, d.t_act) if d.t_act is not None else []
     bad = broken(in_flight)
-    hint = (
-        "the autoscaler scaled a replica to zero with a long answer in flight: it read request "
-        "rate or queue length, which are zero during a long decode. Scale down on in-flight "
-        "sequences (vllm:num_requests_running), with a cooldown longer than the longest answer"
-    )
     return judged(
-        "long_answer_finishes",
+        name,
         in_flight,
         bad,
-        "long answers in flight when the scaler took over",
+        f"long answers in flight when {when}",
         hint=hint if bad else None,
-        empty="no long answer was in flight when the scaler took over: raise "
-        "load.long_answer_tokens",
+        empty=f"no long answer was in flight when {when}: raise load.long_answer_tokens",
+    )
+
+
+def long_answer_finishes(d: RunData) -> CheckResult:
+    """scale_to_zero: the long answers in flight when the scaler took over finish."""
+    return _long_answers(
+        d,
+        "long_answer_finishes",
+        "the scaler took over",
+        "the autoscaler scaled a replica to zero with a long answer in flight: it read request "
+        "rate or queue length, which are zero during a long decode. Scale down on in-flight "
+        "sequences (vllm:num_requests_running), with a cooldown longer than the longest answer",
+    )
+
+
+def long_answer_survives_scale_down(d: RunData) -> CheckResult:
+    """scale_down: the long answer in flight when one replica was removed finishes."""
+    return _long_answers(
+        d,
+        "long_answer_survives_scale_down",
+        "a replica was removed",
+        "the scale-down removed the replica decoding a long answer, and its drain (preStop + "
+        "--shutdown-timeout within terminationGracePeriodSeconds) is shorter than the answer. "
+        "Make scale-down pick idle replicas (pod-deletion-cost from vllm:num_requests_running) "
+        "or make the drain as long as the longest answer",
     )
 
 
@@ -866,6 +886,73 @@ __all__ = [
     "ttft_recovers_after_step",
     "ttft_slo_budget",
 ]
+
+
+# --- start-up --------------------------------------------------------------------------
+
+
+def startup_window(probe: dict | None) -> float | None:
+    """failureThreshold x periodSeconds: how long a probe lets a container fail."""
+    if not probe:
+        return None
+    return probe["failure_threshold"] * probe["period_s"]
+
+
+def starts_without_restarts(
+    version: str, restarts: dict[str, int], probes: dict, startup_s: float | None
+) -> Check:
+    """start-up: the new version's pods come up without the kubelet restarting them.
+    `restarts`: each new pod's container restarts as the target counted them; `probes`:
+    the pod's startup and liveness probes ({period_s, failure_threshold} or None);
+    `startup_s`: the version's own start-up time when it is known (the simulator's)."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "starts_without_restarts"
+        pods = sorted(restarts)
+        if not pods:
+            return inconclusive(name, "0 restarts", f"no pod of version {version} was started")
+        started = {}
+        for e in d.events:
+            if e.pod in restarts and e.kind == "container_started":
+                started.setdefault(e.pod, e.t)
+        took = [
+            e.t - started[e.pod]
+            for e in d.events
+            if e.kind == "ready" and e.pod in started and e.t >= started[e.pod]
+        ]
+        observed_start = round(min(took), 2) if took else None
+        population = f"{len(pods)} pods of version {version}"
+        bad = {p: n for p, n in restarts.items() if n}
+        live, start = probes.get("liveness"), probes.get("startup")
+        live_w, start_w = startup_window(live), startup_window(start)
+        if not bad:
+            seen = f"; start-up {observed_start:g} s" if observed_start is not None else ""
+            within = f" within the startupProbe's {start_w:g} s" if start_w else ""
+            return passed(name, f"0 restarts{seen}{within}", "0 restarts", population)
+        killers = Counter(
+            e.detail.get("probe") for e in d.events if e.kind == "probe_failed" and e.pod in bad
+        )
+        by = ", ".join(f"{probe} probe {n}x" for probe, n in killers.most_common()) or "exits"
+        observed = ", ".join(f"{p} restarted {n}x" for p, n in sorted(bad.items())) + f" ({by})"
+        load = f"start-up {startup_s:g} s" if startup_s else "start-up (weights loading)"
+        if start_w is None and live_w is not None:
+            hint = (
+                f"{load} > liveness {live['failure_threshold']} x {live['period_s']:g} s = "
+                f"{live_w:g} s, and there is no startupProbe: the kubelet kills the engine while "
+                "it loads weights, so the version never serves and the rollout never finishes. "
+                "Add a startupProbe on /health whose failureThreshold x periodSeconds exceeds the "
+                "slowest start-up (liveness only runs once it has passed)"
+            )
+        elif start_w is not None:
+            hint = (
+                f"{load} > startupProbe {start['failure_threshold']} x {start['period_s']:g} s = "
+                f"{start_w:g} s: raise its failureThreshold to cover the slowest start-up"
+            )
+        else:
+            hint = "the container exits while starting: read its log (kubectl logs --previous)"
+        return failed(name, observed, "0 restarts", population, hint=hint)
+
+    return check
 
 
 # --- canary --------------------------------------------------------------------------

@@ -24,10 +24,13 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def make_client(stall_timeout_s: float, max_connections: int = 1000) -> httpx.Client:
+def make_client(stall_timeout_s: float, max_connections: int = 1000, **settings) -> httpx.Client:
+    """settings: more httpx.Client arguments (verify, cert, headers) for a pod reached
+    through the Kubernetes API server."""
     return httpx.Client(
         timeout=httpx.Timeout(stall_timeout_s, connect=min(CONNECT_TIMEOUT_S, stall_timeout_s)),
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100),
+        **settings,
     )
 
 

@@ -22,6 +22,8 @@ KINDS = {
     "scale_to_zero": "scale an idle-looking replica to zero with a long answer in flight",
     "pod_kill": "kill a pod mid-stream (involuntary disruption)",
     "scale_up": "a load step while new replicas start",
+    "scale_down": "remove one of several replicas while one decodes a long answer",
+    "startup": "roll out a version that starts slower than the liveness window",
     "canary": "one replica of a new version, its answers compared with the baseline's",
 }
 

@@ -85,13 +85,13 @@ class Scenario:
         self.wait_recovered(replicas=n)
         self.t_recovered = None
 
-    def busiest_pod(self):
+    def busiest_pod(self, min_in_flight: int | None = None):
         """The ready pod with the most streams in flight by its engine's own metrics: the
         one to disturb. If no pod reaches scenario.in_flight in time, the run is
         inconclusive: there would be nothing in flight to judge."""
         if self.dry_run:
             return self.target.ready_pods()[0]
-        n = self.cfg.scenario.in_flight
+        n = self.cfg.scenario.in_flight if min_in_flight is None else min_in_flight
         try:
             return self.target.busiest_pod(n, timeout_s=self.cfg.scenario.steady_state_s)
         except TargetError as exc:
@@ -200,12 +200,14 @@ class Scenario:
         load, whose TTFT the prompts must not push over its SLO."""
         from harness.canary import ask
 
+        url, settings = self.target.pod_endpoint(pod.name)
         return ask(
-            f"http://{pod.address}",
+            url,
             prompts,
             self.cfg.load.model,
             stall_timeout_s=self.cfg.slo.stall_timeout_s,
             concurrency=2,
+            client_settings=settings,
         )
 
     def wait_version_ready(self, version: str, timeout_s: float):
@@ -216,8 +218,68 @@ class Scenario:
             found[:] = [p for p in self.target.ready_pods() if p.version == version]
             return bool(found)
 
-        self.wait_for(ready, timeout_s, f"a ready pod of version {version}")
+        if not self.wait_for(ready, timeout_s, f"a ready pod of version {version}"):
+            self.inconclusive(
+                f"no pod of version {version} became ready within {timeout_s:g} s: nothing to "
+                "compare (the startup scenario shows why a version does not start)"
+            )
         return found[0]
+
+    def wait_version_started(self, version: str, restarts: int) -> tuple[str, dict[str, int]]:
+        """Until a pod of the new version is ready ("ready"), or one has been restarted
+        `restarts` times ("crash loop"), or scenario.recovery_s passes ("timeout"). Returns
+        that and the most restarts seen on each pod of the version (pods restarted and
+        then removed are remembered)."""
+        seen: dict[str, int] = {}
+        state = ["timeout"]
+
+        def settled() -> bool:
+            for p in self.target.pods():
+                if p.version == version:
+                    seen[p.name] = max(seen.get(p.name, 0), p.restarts)
+                    if p.ready and not p.terminating:
+                        state[0] = "ready"
+            if any(n >= restarts for n in seen.values()):
+                state[0] = "crash loop"
+            return state[0] != "timeout"
+
+        self.wait_for(settled, self.cfg.scenario.recovery_s, f"version {version} to start")
+        return state[0], seen
+
+    def observed_startup_s(self, version: str) -> float | None:
+        """The quickest start-up of a pod of the version: its creation (or container
+        start) to ready, from the target's events."""
+        first: dict[str, float] = {}
+        took = []
+        for e in self.target.events():
+            if e.version != version or not e.pod:
+                continue
+            if e.kind in ("pod_created", "container_started"):
+                first.setdefault(e.pod, e.t)
+            elif e.kind == "ready" and e.pod in first:
+                took.append(e.t - first[e.pod])
+        return round(min(took), 2) if took else None
+
+    def relint(self, min_startup_s: float) -> None:
+        """On a live target, the preflight rules again with an observed start-up time."""
+        if hasattr(self.target, "relint") and not self.dry_run:
+            self.target.relint(min_startup_s)
+
+    def pod_probes(self) -> dict:
+        """The startup and liveness probes the pods run: the live Deployment's on
+        Kubernetes, the config's on the local target."""
+        if hasattr(self.target, "pod_probes") and not self.dry_run:
+            return self.target.pod_probes()
+        pod = self.cfg.pod
+
+        def window(p):
+            return (
+                None
+                if p is None
+                else {"period_s": p.period_s, "failure_threshold": p.failure_threshold}
+            )
+
+        return {"startup": window(pod.startup_probe), "liveness": window(pod.liveness_probe)}
 
     # --- observe -------------------------------------------------------------------
     def wait_rollout(self) -> None:
@@ -245,6 +307,16 @@ class Scenario:
             return True
         except TargetError:
             return False
+
+    def wait_load_idle(self) -> None:
+        """Until no request of the load is in flight (a long answer has ended, one way or
+        another), for at most scenario.recovery_s."""
+        if not self.dry_run:
+            self.wait_for(
+                lambda: self.load.counts()["in_flight"] == 0,
+                self.cfg.scenario.recovery_s,
+                "the answers in flight to end",
+            )
 
     def cool_down(self, seconds: float | None = None) -> None:
         """Keep the load running after recovery (scenario.cool_down_s by default)."""

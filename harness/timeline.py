@@ -21,6 +21,7 @@ DISRUPTIVE_ACTIONS = {
     "evict",
     "drain_node",
     "scale",
+    "scale_down",
     "kill",
     "delete",
     "autoscaler",

@@ -106,6 +106,18 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def scale(self, replicas: int) -> None: ...
 
+    def pod_endpoint(self, name: str) -> tuple[str, dict]:
+        """A base URL that reaches one pod's engine directly (not through the gateway),
+        and the httpx client settings it needs."""
+        pod = next((p for p in self.pods() if p.name == name), None)
+        if pod is None or not pod.address:
+            raise TargetError(f"pod {name!r} has no address yet")
+        return f"http://{pod.address}", {}
+
+    def scale_down(self, pod: str) -> None:
+        """Remove one replica, and make it `pod` (pod-deletion-cost, as a scaler can)."""
+        raise TargetError(f"{self.name}: cannot choose the replica a scale-down removes")
+
     @abc.abstractmethod
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None: ...
 

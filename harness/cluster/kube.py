@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import signal
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -338,7 +339,27 @@ class KubeTarget(Target):
             )
         return TargetError(f"{what}: HTTP {exc.status} {_message(exc)}")
 
-    def _lint(self, dep) -> None:
+    def pod_probes(self) -> dict:
+        """The engine container's startup and liveness probes, as the live Deployment has
+        them ({period_s, failure_threshold} or None)."""
+        dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
+        c = dep.spec.template.spec.containers[0]
+
+        def window(p):
+            if p is None:
+                return None
+            return {
+                "period_s": float(p.period_seconds or 10),
+                "failure_threshold": int(p.failure_threshold or 3),
+            }
+
+        return {"startup": window(c.startup_probe), "liveness": window(c.liveness_probe)}
+
+    def relint(self, min_startup_s: float) -> None:
+        """The preflight rules again, with the start-up time this run observed (RC002)."""
+        self._lint(self.apps.read_namespaced_deployment(self.k.deployment, self.ns), min_startup_s)
+
+    def _lint(self, dep, min_startup_s: float = 0.0) -> None:
         from harness import lint
 
         obj = self.api.sanitize_for_serialization(dep)
@@ -352,7 +373,7 @@ class KubeTarget(Target):
             pass
         obj.update(kind="Deployment")
         try:
-            self.lint_findings = lint.lint(manifests, lint.LintOptions(min_startup_s=0))
+            self.lint_findings = lint.lint(manifests, lint.LintOptions(min_startup_s=min_startup_s))
         except lint.LintInputError:
             self.lint_findings = []
         (self.run_dir / "lint.json").write_text(
@@ -581,6 +602,26 @@ class KubeTarget(Target):
             return {}
         return parse_metrics(text)
 
+    def pod_endpoint(self, name: str) -> tuple[str, dict]:
+        """Through the API server's pods proxy (pod IPs are rarely reachable from where
+        rollcheck runs), with the kubeconfig's credentials (RBAC: pods/proxy get)."""
+        c = self.api.configuration
+        url = f"{c.host}/api/v1/namespaces/{self.ns}/pods/{name}:{self.port}/proxy"
+        ctx: ssl.SSLContext | bool = False
+        if c.verify_ssl:
+            ctx = ssl.create_default_context(cafile=c.ssl_ca_cert)
+        if c.cert_file and c.key_file:
+            if ctx is False:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            ctx.load_cert_chain(c.cert_file, c.key_file)
+        settings: dict = {"verify": ctx}
+        token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
+        if token:
+            prefix = (c.api_key_prefix or {}).get("authorization", "")
+            settings["headers"] = {"Authorization": f"{prefix} {token}".strip()}
+        return url, settings
+
     def pod_health(self, name: str) -> int | None:
         try:
             self.core.connect_get_namespaced_pod_proxy_with_path(
@@ -724,6 +765,24 @@ class KubeTarget(Target):
         if node in self._cordoned and not self.dry_run:
             self.core.patch_node(node, {"spec": {"unschedulable": False}})
             self._cordoned.remove(node)
+
+    def scale_down(self, pod: str) -> None:
+        """One replica fewer, and the ReplicaSet removes `pod`: the lowest
+        controller.kubernetes.io/pod-deletion-cost goes first."""
+        self._owned_pod(pod)
+        dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
+        replicas = (dep.spec.replicas or 0) - 1
+        self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=-1000)
+        if self.dry_run:
+            return
+        body = {
+            "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}
+        }
+        try:
+            self.core.patch_namespaced_pod(pod, self.ns, body)
+        except ApiException as exc:
+            raise self._error(exc, "patch", "pods", pod) from None
+        self.scale(replicas)
 
     def scale(self, replicas: int) -> None:
         self.action("scale", replicas=replicas)

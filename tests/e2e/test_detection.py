@@ -94,6 +94,22 @@ CASES = [
         {"killed_streams_fail_fast", "no_hung_streams"},
     ),
     (
+        # the kubelet's liveness probe kills an engine still loading its weights
+        "startup-no-startup-probe",
+        "startup",
+        ["pod.startup_probe=null"],
+        set(),
+        {"starts_without_restarts"},
+    ),
+    (
+        # a scaler blind to in-flight answers removes the busy replica; the drain is short
+        "scale-down-blind-scaler",
+        "scale_down",
+        ["autoscaler.policy=rate"],
+        {"error_event", "hung", "reset"},
+        {"long_answer_survives_scale_down"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -125,10 +141,12 @@ def test_misconfiguration_is_caught(tmp_path, select, sets, outcomes, checks):
 
 def test_well_configured_deployment_passes_every_scenario(tmp_path):
     proc, summaries = run_scenarios(
-        tmp_path, "drain or rollout or scale_to_zero or pod_kill or scale_up or canary"
+        tmp_path,
+        "drain or rollout or scale_to_zero or pod_kill or scale_up or canary or startup "
+        "or scale_down",
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 9
+    assert len(summaries) == 11
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -144,6 +162,31 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
     assert index.exists()
     canary = next(s for s in summaries if s["scenario"] == "canary")["canary"]
     assert canary["action"] == "promoted" and canary["agreement"] == 1.0
+
+
+def test_a_drain_as_long_as_the_answer_survives_a_blind_scale_down(tmp_path):
+    """The other way out: the scaler removes the busy replica, and the drain covers it."""
+    proc, (summary,) = run_scenarios(
+        tmp_path,
+        "scale_down",
+        "autoscaler.policy=rate",
+        "engine.shutdown_timeout_s=30",
+        "pod.termination_grace_s=35",
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    (check,) = [c for c in summary["checks"] if c["name"] == "long_answer_survives_scale_down"]
+    assert check["status"] == "pass" and check["observed"] == "0 of 1"  # none broken
+    assert summary["victims"] and summary["outcomes"]["complete"] == 1
+
+
+def test_the_startup_verdict_names_the_restarts_probe_and_arithmetic(tmp_path):
+    proc, (summary,) = run_scenarios(tmp_path, "startup", "pod.startup_probe=null")
+    (check,) = [c for c in summary["checks"] if c["name"] == "starts_without_restarts"]
+    assert check["status"] == "fail" and "liveness probe" in check["observed"]
+    assert "start-up 4 s > liveness 3 x 1 s = 3 s" in check["hint"]
+    assert "no startupProbe" in check["hint"] and "Add a startupProbe" in check["hint"]
+    actions = [e for e in summary_actions(tmp_path) if e.get("action") == "rollout"]
+    assert [a["to_version"] for a in actions] == ["v2", "v1"]  # the crash loop rolled back
 
 
 @pytest.mark.parametrize("mode", ["same", "new"])

@@ -19,6 +19,9 @@ from harness.proc import PidFile, free_port, reap_leftovers
 
 __all__ = ["EvictionRefused", "LocalTarget"]
 
+# controller.kubernetes.io/pod-deletion-cost: the lowest cost goes first on scale-down
+DELETION_COST = -1000
+
 
 class LocalTarget(Target):
     name = "local"
@@ -177,6 +180,16 @@ class LocalTarget(Target):
         if replicas < 0:
             raise TargetError(f"cannot scale to {replicas} replicas")
         self.action("scale", replicas=replicas)
+        self.controller.scale(replicas)
+
+    def scale_down(self, pod: str) -> None:
+        try:
+            self.controller.pod(pod)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+        replicas = self.controller.replicas - 1
+        self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=DELETION_COST)
+        self.controller.set_deletion_cost(pod, DELETION_COST)
         self.controller.scale(replicas)
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:

@@ -101,6 +101,11 @@ class Controller:
             self.replicas = replicas
         self.wake()
 
+    def set_deletion_cost(self, name: str, cost: int) -> None:
+        with self.lock:
+            self.pods[name].deletion_cost = cost
+            self.events.emit("deletion_cost", pod=name, cost=cost)
+
     def evict(self, name: str) -> None:
         with self.lock:
             pod = self.pods.get(name)
@@ -363,8 +368,9 @@ class Controller:
 
 
 def _scale_down_order(pods: list[PodRunner]) -> list[PodRunner]:
-    """Kubernetes' preference when removing pods: not ready first, then the newest."""
-    return sorted(pods, key=lambda p: (p.ready, -p.created_at))
+    """Kubernetes' preference when removing pods: not ready first, then the lowest
+    pod-deletion-cost, then the newest."""
+    return sorted(pods, key=lambda p: (p.ready, p.deletion_cost, -p.created_at))
 
 
 def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:

@@ -78,6 +78,7 @@ class PodRunner(threading.Thread):
         self.ready = False
         self.ready_since: float | None = None
         self.restarts = 0
+        self.deletion_cost = 0  # controller.kubernetes.io/pod-deletion-cost
         self.exit_code: int | None = None
         self.terminating = False
         self.deletion_started: float | None = None

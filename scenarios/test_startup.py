@@ -1,0 +1,48 @@
+"""Start-up: roll out a version whose engine takes longer to start (weights loading) than
+the liveness probe allows, under load.
+
+With a startupProbe, liveness waits until the engine has started, and the rollout
+completes. Without one (or with one too short), the kubelet kills the engine while it
+loads weights, again and again: the new version never serves and the rollout never
+finishes. The verdict names the restarts, the probe that caused them and the arithmetic;
+a crash-looping version is rolled back. On Kubernetes the preflight rules run again with
+the start-up time this run observed (RC002).
+"""
+
+import pytest
+
+from harness import checks
+
+
+@pytest.mark.startup
+def test_startup(scenario):
+    t = scenario.cfg.scenario
+    version = "v2"
+    probes = scenario.pod_probes()
+
+    scenario.steady_state()
+    # act: the new version loads its weights for scenario.startup_version_s
+    scenario.target.rollout(version, engine={"startup_s": t.startup_version_s})
+    if scenario.dry_run:
+        scenario.judge()
+    state, restarts = scenario.wait_version_started(version, t.startup_restarts)
+    if state == "ready":
+        scenario.wait_rollout()
+        restarts |= {
+            p.name: max(p.restarts, restarts.get(p.name, 0))
+            for p in scenario.target.pods()
+            if p.version == version
+        }
+    else:  # a crash loop never finishes: put the old version back
+        scenario.target.rollout(
+            scenario.cfg.version, engine={"startup_s": scenario.cfg.engine.startup_s}
+        )
+        scenario.wait_rollout()
+    scenario.wait_recovered()
+    scenario.cool_down()
+
+    observed = scenario.observed_startup_s(version)
+    if observed is not None:
+        scenario.relint(min_startup_s=observed)  # RC002 with this run's start-up
+    known = t.startup_version_s if scenario.cfg.engine.kind == "sim" else observed
+    scenario.judge(checks.starts_without_restarts(version, restarts, probes, known))
