@@ -197,9 +197,9 @@ def _up(sub: argparse._SubParsersAction) -> None:
                 time.sleep(0.5)
         except (TargetError, GatewayError) as exc:
             raise UsageError(str(exc)) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             print("stopping: pods and gateway", flush=True)
-            return 0
+            return 143 if type(exc).__name__ == "Terminated" else 0
         finally:
             target.close()
 
@@ -547,8 +547,8 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
                 time.sleep(1)
         except ControlPlaneError as exc:
             raise UsageError(str(exc)) from None
-        except KeyboardInterrupt:
-            return 0
+        except KeyboardInterrupt as exc:
+            return 143 if type(exc).__name__ == "Terminated" else 0
         finally:
             kl.stop()
 
@@ -590,15 +590,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.signals import Terminated, handle_sigterm
+
     parser = build_parser()
     ns = parser.parse_args(argv)
+    handle_sigterm()
     try:
         return ns.func(ns)
     except (UsageError, ConfigError) as exc:
         print(f"rollcheck {ns.command}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":

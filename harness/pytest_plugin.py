@@ -69,8 +69,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from harness.signals import handle_sigterm
+
+    # SIGTERM (a CronJob's deadline, a node drain) unwinds like Ctrl-C: the target fixture
+    # puts back what the scenario changed, and pytest exits non-zero (interrupted)
+    handle_sigterm()
     for kind, text in KINDS.items():
         config.addinivalue_line("markers", f"{kind}: {text}")
+    args = list(config.invocation_params.args)
+    if "--kubeconfig" in args:
+        # pytest reads its paths before any plugin's options are known: in the space form
+        # the kubeconfig became a test path, and its folder the rootdir (then the project's
+        # own tests were collected instead of the scenarios)
+        raise pytest.UsageError(
+            "write --kubeconfig=PATH (with '='), or set KUBECONFIG=PATH: with a space pytest "
+            "takes the kubeconfig for a test path"
+        )
 
 
 def _run_config(config: pytest.Config):

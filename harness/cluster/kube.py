@@ -75,7 +75,9 @@ def connect(kubeconfig: str | None, context: str | None) -> client.ApiClient:
             raise TargetError(f"in-cluster config failed: {exc}") from None
     path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     if not Path(path).exists():
-        raise TargetError(f"kubeconfig {path} does not exist; pass --kubeconfig or set KUBECONFIG")
+        raise TargetError(
+            f"kubeconfig {path} does not exist; pass --kubeconfig=PATH or set KUBECONFIG"
+        )
     try:
         return config.new_client_from_config(config_file=path, context=context)
     except ConfigException as exc:
@@ -419,7 +421,9 @@ class KubeTarget(Target):
         orig = self._original
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         current_template = self.api.sanitize_for_serialization(dep.spec.template)
-        body: dict = {"metadata": {"annotations": {RESTORE: None}}, "spec": {}}
+        # the restore-pending record is removed last, once everything it lists is back: a
+        # failure on the way leaves it for `rollcheck kube-restore`
+        body: dict = {"spec": {}}
         if current_template != orig["template"]:
             body["spec"]["template"] = orig["template"]
             done.append("pod template")
@@ -438,15 +442,17 @@ class KubeTarget(Target):
                 [{"op": "replace", "path": "/spec/template", "value": orig["template"]}],
             )
             del body["spec"]["template"]
-        self._patch_deployment(body)
+        if body["spec"]:
+            self._patch_deployment(body)
         for node in list(self._cordoned):
             self.core.patch_node(node, {"spec": {"unschedulable": False}})
             done.append(f"uncordoned {node}")
-        self._cordoned.clear()
+            self._cordoned.remove(node)
         for so in list(self._keda_paused):
             self._keda_annotate(so, None)
             done.append(f"unpaused ScaledObject {so}")
-        self._keda_paused.clear()
+            self._keda_paused.remove(so)
+        self._patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         self.restored = done
         self._events.emit("restored", what=done)
         if done:

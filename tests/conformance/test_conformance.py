@@ -62,7 +62,16 @@ class Engine:
         self.proc.wait(30)
 
 
-def start_engine(kind: str, log_dir, shutdown_timeout_s: float = 0, **limits) -> Engine:
+def start_engine(
+    kind: str,
+    log_dir,
+    shutdown_timeout_s: float = 0,
+    model: tuple[str, int] = ("slow", 0),
+    core: int | None = None,
+    **limits,
+) -> Engine:
+    """One engine of the kind, answering /health; model: the real engine's (size, seed);
+    core: the CPU its engine core is bound to (two real engines side by side)."""
     port = free_port()
     seqs = limits.get("max_num_seqs", 4)
     queued = limits.get("max_num_queued_reqs", 0)
@@ -72,13 +81,13 @@ def start_engine(kind: str, log_dir, shutdown_timeout_s: float = 0, **limits) ->
         cmd = vllm.serve_command(
             "127.0.0.1",
             port,
-            vllm.model_dir("slow"),
+            vllm.model_dir(*model),
             MODEL,
             shutdown_timeout_s=shutdown_timeout_s,
             max_num_seqs=seqs,
             extra=extra,
         )
-        env = dict(os.environ, **vllm.serve_env())
+        env = dict(os.environ, **vllm.serve_env(core))
     else:
         cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]
         cmd += ["--model", MODEL, "--max-num-seqs", str(seqs), "--max-model-len", "1024"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -161,10 +162,11 @@ def test_other_images_are_refused_with_an_event(kube_local, namespace):
     assert "rollcheck/sim" in ev.message
 
 
-def test_nothing_is_left_running_after_stop(tmp_path, kube_local):
+def test_nothing_is_left_running_after_stop(tmp_path, kube_local, monkeypatch):
     from harness.cluster.kubelocal import KubeLocal
 
-    kl = KubeLocal(tmp_path / "own")
+    monkeypatch.chdir(tmp_path)
+    kl = KubeLocal(Path("own"))  # relative, as `rollcheck kube-local` defaults to
     kl.start()
     apply(kl, "default", sim_objects(replicas=1, pdb_min=0))
     wait_for(lambda: ready_pods(kl, "default"), 60, "a ready pod")

@@ -280,7 +280,7 @@ def test_scenarios_end_to_end_through_the_kube_target(
         f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
         "engine.itl_s=0.02",
         "scenario.recovery_s=60",
-        options=("--target", "kube", "--kubeconfig", str(kube_local.kubeconfig)),
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     (summary,) = summaries
@@ -332,7 +332,7 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
         tmp_path / "reports",
         "drain and pod",
         *sets,
-        options=("--target", "kube", "--kubeconfig", str(kube_local.kubeconfig)),
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
     )
     (summary,) = summaries
     assert summary["verdict"] == verdict, r.stdout[-3000:]
@@ -351,3 +351,55 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
     else:
         fin = next(c for c in summary["checks"] if c["name"] == "in_flight_streams_finish")
         assert fin["status"] == "pass" and "judged by count" in fin["population"]
+
+
+@pytest.mark.parametrize(
+    "select, sets",
+    [("rollout and surge1", []), ("drain and node", ["kube.allow_node_drain=true"])],
+    ids=["mid-rollout", "mid-node-drain"],
+)
+def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
+    kube_local, namespace, deployed, tmp_path, select, sets
+):
+    """The nightly's end: activeDeadlineSeconds or a node drain sends SIGTERM to pytest.
+    It unwinds like Ctrl-C, puts back what it changed, then exits non-zero."""
+    import signal
+
+    ingress = deployed()
+    before = deployment(kube_local, namespace)
+    template = kube_local.api.sanitize_for_serialization(before.spec.template)
+    args = [sys.executable, "-m", "pytest", "scenarios", "-k", select, "-q", "--target", "kube"]
+    args += [f"--kubeconfig={kube_local.kubeconfig}", "--reports-dir", str(tmp_path)]
+    for s in [
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        "load.max_tokens=[{tokens: 400}]",  # answers outlast the moment of the SIGTERM
+        "scenario.recovery_s=60",
+        *sets,
+    ]:
+        args += ["--set", s]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    core = client.CoreV1Api(kube_local.api)
+
+    def changed() -> bool:
+        dep = deployment(kube_local, namespace)
+        if RESTORE not in (dep.metadata.annotations or {}):
+            return False
+        if "node" in select:
+            return any(n.spec.unschedulable for n in core.list_node().items)
+        return kube_local.api.sanitize_for_serialization(dep.spec.template) != template
+
+    try:
+        wait_for(changed, 120, "the scenario to change the target")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=180)[0].decode(errors="replace")
+    assert proc.returncode not in (0, None), out[-2000:]
+    assert "rollcheck: restored" in out, out[-2000:]
+    dep = deployment(kube_local, namespace)
+    assert RESTORE not in (dep.metadata.annotations or {})
+    assert kube_local.api.sanitize_for_serialization(dep.spec.template) == template
+    assert dep.spec.replicas == before.spec.replicas
+    assert not any(n.spec.unschedulable for n in core.list_node().items)

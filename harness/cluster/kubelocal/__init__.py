@@ -123,7 +123,7 @@ class KubeLocal:
     """The control plane, the node agent and (on demand) an ingress for a Service."""
 
     def __init__(self, run_dir: Path, nodes: int = 2, gpus_per_node: int = 8):
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()  # components run from other folders
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.net = PodNetwork()
         self.proxy: ConnectProxy | None = None

@@ -1,0 +1,50 @@
+"""The canary comparison against real vLLM: two locally built models with different
+seeds are a bad canary (their answers diverge at once), and the same model answers the
+same way twice under greedy decoding (a good canary). Two real servers side by side, a
+core each (about 9 GB)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.engines import vllm
+from tests.conformance.test_conformance import MODEL, start_engine
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    vllm.check_memory(2)
+    log_dir = tmp_path_factory.mktemp("canary-engines")
+    engines = []
+    try:
+        for seed in (0, 1):
+            engines.append(start_engine("vllm", log_dir, model=("tiny", seed), core=seed))
+        yield engines
+    finally:
+        for e in engines:
+            e.stop()
+
+
+def canary(baseline, candidate, *args) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "harness.cli", "canary", "--baseline", baseline.url]
+    cmd += ["--candidate", candidate.url, "--model", MODEL, "--min-agreement", "1", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_same_model_is_a_good_canary(two_models):
+    seed0, _ = two_models
+    r = canary(seed0, seed0)
+    assert r.returncode == 0 and "PASS: 8 of 8 answers identical" in r.stdout, r.stdout
+
+
+def test_a_model_with_other_weights_is_a_bad_canary(two_models):
+    seed0, seed1 = two_models
+    r = canary(seed0, seed1)
+    assert r.returncode == 1 and "FAIL: 0 of 8 answers identical" in r.stdout, r.stdout
+    assert "first divergence at token 0" in r.stdout
+    print(r.stdout)
