@@ -78,6 +78,25 @@ def _probe(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _load_thresholds(slo):
+    """The slo: section of `rollcheck load` (stall_timeout_s, ttft_s, itl_s), strictly."""
+    from harness.streams import Thresholds
+
+    slo = {} if slo is None else slo
+    if not isinstance(slo, dict):
+        raise UsageError(f"slo: must be a mapping such as {{ttft_s: 1.5}}, not {slo!r}")
+    known = ("stall_timeout_s", "ttft_s", "itl_s")
+    unknown = sorted(set(slo) - set(known))
+    if unknown:
+        raise UsageError(f"unknown setting 'slo.{unknown[0]}'; known here: {', '.join(known)}")
+    for key, value in slo.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+        ):
+            raise UsageError(f"slo.{key} must be a positive number of seconds, not {value!r}")
+    return Thresholds(float(slo.get("stall_timeout_s") or 30), slo.get("ttft_s"), slo.get("itl_s"))
+
+
 def _load(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("load", help="run judged streaming load (Locust) against a URL for a while")
     p.add_argument("url", help="base URL of the gateway or engine")
@@ -93,11 +112,17 @@ def _load(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=None, help="run folder (default reports/load-<time>)"
     )
+    p.add_argument(
+        "--api-key",
+        metavar="ENV_VAR",
+        default=None,
+        help="name of the environment variable holding the API key, sent on every request "
+        "(never written to disk); the same as load.api_key_env",
+    )
 
     def run(ns: argparse.Namespace) -> int:
         from harness.config import apply_sets, build, load_yaml
         from harness.load import LoadError, LoadRun
-        from harness.streams import Thresholds
         from harness.streams.summary import count_outcomes
         from loadgen.settings import LoadSettings
 
@@ -105,9 +130,13 @@ def _load(sub: argparse._SubParsersAction) -> None:
         unknown = sorted(set(data) - {"load", "slo"})
         if unknown:
             raise UsageError(f"unknown section {unknown[0]!r}; rollcheck load reads load: and slo:")
+        if ns.api_key:
+            data.setdefault("load", {})
+            if not isinstance(data["load"], dict):
+                raise UsageError("load: must be a mapping of settings")
+            data["load"]["api_key_env"] = ns.api_key
         settings = build(LoadSettings, data.get("load"), "load")
-        slo = data.get("slo") or {}
-        th = Thresholds(float(slo.get("stall_timeout_s", 30)), slo.get("ttft_s"), slo.get("itl_s"))
+        th = _load_thresholds(data.get("slo"))
         out = ns.out or Path("reports") / time.strftime("load-%Y%m%d-%H%M%S")
         load = LoadRun(ns.url, out, settings, th)
         try:

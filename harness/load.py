@@ -78,14 +78,28 @@ class LoadRun:
     # --- lifecycle ---------------------------------------------------------
     def preflight(self) -> None:
         """Fail fast, in one line, on a target that cannot serve the load at all."""
+        from loadgen.settings import auth_headers
+
         target = self.url + self.settings.path
         try:
-            r = httpx.post(target, json={"messages": []}, timeout=5.0)
+            headers = auth_headers(self.settings.api_key_env)
+        except ValueError as exc:
+            raise LoadError(str(exc)) from None
+        try:
+            r = httpx.post(target, json={"messages": []}, headers=headers, timeout=5.0)
         except httpx.HTTPError as exc:
             raise LoadError(
                 f"target {self.url} is unreachable ({type(exc).__name__}); "
                 "check the URL and that the server is up"
             ) from None
+        if r.status_code in (401, 403):
+            how = (
+                f"the key in ${self.settings.api_key_env} was refused"
+                if self.settings.api_key_env
+                else "set load.api_key_env (rollcheck load --api-key ENV) to the variable "
+                "holding the key"
+            )
+            raise LoadError(f"target answers {r.status_code} for {self.settings.path}: {how}")
         if r.status_code in (404, 405):
             raise LoadError(
                 f"target answers {r.status_code} for {self.settings.path}; "

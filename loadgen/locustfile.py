@@ -28,7 +28,7 @@ from harness.config import build
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamRecord, Thresholds
-from loadgen.settings import LoadSettings, draw, prompt_text
+from loadgen.settings import LoadSettings, auth_headers, draw, prompt_text
 
 RUNTIME = json.loads(Path(os.environ["ROLLCHECK_LOAD_CONFIG"]).read_text())
 SETTINGS: LoadSettings = build(LoadSettings, RUNTIME["settings"])
@@ -52,7 +52,9 @@ class WorkerState:
         self.loop_lag: list[float] = []
         self.rate_lag: list[float] = []
         self.rng = random.Random(SETTINGS.seed + os.getpid())
-        self.client = make_client(THRESHOLDS.stall_timeout_s)
+        self.client = make_client(
+            THRESHOLDS.stall_timeout_s, headers=auth_headers(SETTINGS.api_key_env)
+        )
 
     def record(self, environment, record: StreamRecord) -> None:
         self.finished += 1

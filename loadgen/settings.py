@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -33,6 +34,9 @@ class LoadSettings:
     long_answer_tokens: int = 2000
     long_answer_count: int = 0  # answers the long user sends; 0 = one after another until stopped
     model: str | None = None
+    # the NAME of an environment variable holding the API key (sent as a bearer token on
+    # every request, readiness calls included); the key itself is never in a file
+    api_key_env: str | None = None
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers
     external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
@@ -53,6 +57,16 @@ class LoadSettings:
                 raise ValueError(f"{mix_name}: need at least one share, tokens >= 1, weight >= 0")
         if not self.path.startswith("/"):
             raise ValueError(f"path must start with '/', got {self.path!r}")
+
+
+def auth_headers(api_key_env: str | None) -> dict[str, str]:
+    """The Authorization header for the key the environment variable holds (none if unset)."""
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ValueError(f"load.api_key_env names ${api_key_env}, which is not set or empty")
+    return {"Authorization": f"Bearer {key}"}
 
 
 def draw(mix: list[Share], rng: random.Random) -> int:

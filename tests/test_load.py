@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -137,3 +138,49 @@ def test_cli_bad_input_is_one_line_and_leaves_no_process(tmp_path):
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "o" / "load" / "master.log").exists()
+
+
+def load_cli(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "load", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    "slo, message",
+    [
+        ("slo: 5", "slo: must be a mapping"),
+        ("slo: {ttft: 1}", "unknown setting 'slo.ttft'"),
+        ("slo: {ttft_s: soon}", "slo.ttft_s must be a positive number of seconds"),
+    ],
+)
+def test_a_bad_slo_section_is_one_line(tmp_path, slo, message):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(slo + "\n")
+    r = load_cli("http://127.0.0.1:9", "--config", cfg, "--out", tmp_path / "o")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_api_key_goes_on_every_request_and_into_no_file(sim_factory, tmp_path):
+    import os
+
+    sim = sim_factory(api_key="sk-load-456", itl_s=0.002)
+    env = dict(os.environ, LOAD_KEY="sk-load-456")
+    out = tmp_path / "with-key"
+    r = load_cli(sim.url, "--api-key", "LOAD_KEY", "--duration", "2", "--set", "load.users=2",
+                 "--set", "load.workers=1", "--out", out, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert records and all(rec["outcome"] == "complete" for rec in records)  # no 401 among them
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert "sk-load-456" not in f.read_text(errors="replace"), f
+    r = load_cli(sim.url, "--duration", "1", "--out", tmp_path / "no-key")
+    assert r.returncode == 2 and "answers 401" in r.stderr and "load.api_key_env" in r.stderr
+    r = load_cli(sim.url, "--api-key", "NO_SUCH_KEY_VAR", "--out", tmp_path / "unset")
+    assert r.returncode == 2 and "$NO_SUCH_KEY_VAR, which is not set" in r.stderr

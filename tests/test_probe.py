@@ -53,12 +53,13 @@ def test_probe_ttft_slo_fails_the_run(sim_factory, tmp_path):
 def test_probe_api_key_is_sent_but_never_written(sim_factory, tmp_path):
     import os
 
-    sim = sim_factory()
+    sim = sim_factory(api_key="sk-secret-123")  # answers 401 without the key, as vLLM does
     env = dict(os.environ, MY_KEY="sk-secret-123")
     result = probe(sim.url, "-n", "1", "--api-key", "MY_KEY", "--out", str(tmp_path / "p"), env=env)
     assert result.returncode == 0
     for f in (tmp_path / "p").iterdir():
         assert "sk-secret-123" not in f.read_text()
+    assert probe(sim.url, "-n", "1", "--out", str(tmp_path / "q")).returncode == 1  # 401s
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,16 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def scale(self, replicas: int) -> None: ...
 
+    def auth_headers(self) -> dict[str, str]:
+        """The load's API key (load.api_key_env) for the harness's own calls."""
+        from loadgen.settings import auth_headers
+
+        cfg = getattr(self, "cfg", None)
+        try:
+            return auth_headers(cfg.load.api_key_env if cfg is not None else None)
+        except ValueError as exc:
+            raise TargetError(str(exc)) from None
+
     def pod_endpoint(self, name: str) -> tuple[str, dict]:
         """A base URL that reaches one pod's engine directly (not through the gateway),
         and the httpx client settings it needs."""
@@ -161,9 +171,12 @@ class Target(abc.ABC):
     def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
         """The gateway routes to a ready engine (it learns of endpoints late)."""
 
+        headers = self.auth_headers()
+
         def serving() -> bool:
             try:
-                return httpx.get(self.gateway_url + "/v1/models", timeout=2).status_code == 200
+                r = httpx.get(self.gateway_url + "/v1/models", headers=headers, timeout=2)
+                return r.status_code == 200
             except httpx.HTTPError:
                 return False
 

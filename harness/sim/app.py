@@ -532,6 +532,13 @@ class SimApp:
         self.engine = Engine(settings, on_exit)
         self.fingerprint = f"fp_{settings.model_version}"
 
+    def _authorized(self, scope: Scope) -> bool:
+        key = self.s.api_key or os.environ.get("VLLM_API_KEY", "")
+        if not key:
+            return True
+        headers = dict(scope.get("headers") or [])
+        return headers.get(b"authorization", b"").decode("latin-1") == f"Bearer {key}"
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
@@ -539,6 +546,9 @@ class SimApp:
         try:
             if path in ("/health", "/ping"):
                 await self._health(send)
+            elif path.startswith("/v1") and not self._authorized(scope):
+                # vLLM's middleware: a bare {"error": "Unauthorized"} with 401
+                await _respond_json(send, 401, {"error": "Unauthorized"})
             elif not self.engine.ready:
                 await _respond(send, 503, error_body(503, "engine starting", "ServiceUnavailable"))
             elif path in ("/v1/chat/completions", "/v1/completions") and method == "POST":

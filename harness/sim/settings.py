@@ -24,6 +24,8 @@ class SimSettings:
     model: str = "rollcheck-sim"
     model_version: str = "v1"
     weights: str = ""
+    # as vLLM's --api-key (or VLLM_API_KEY): /v1/* without "Authorization: Bearer <key>" get 401
+    api_key: str = ""
     degraded: bool = False
     seed: int = 0
     # timing
@@ -82,6 +84,8 @@ _HELP = {
     "port": "port to listen on",
     "model": "served model name (requests naming another model get 404)",
     "model_version": "version string shown in system_fingerprint, to tell rollouts apart",
+    "api_key": "require this bearer token on /v1/* (as vLLM's --api-key; default: "
+    "$VLLM_API_KEY if set)",
     "weights": "the weights answers come from (default: model_version); the same weights "
     "under another model_version answer the same, as an engine upgrade should",
     "degraded": "a bad model at normal speed with healthy probes: degenerate, repetitive text",

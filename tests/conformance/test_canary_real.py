@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -20,10 +21,16 @@ pytestmark = pytest.mark.engine
 def two_models(tmp_path_factory):
     vllm.check_memory(2)
     log_dir = tmp_path_factory.mktemp("canary-engines")
-    engines = []
+    vllm.model_dir("tiny", 0), vllm.model_dir("tiny", 1)  # built once, before the servers
+    with ThreadPoolExecutor(2) as pool:  # side by side: their start-ups overlap
+        futures = [
+            pool.submit(start_engine, "vllm", log_dir, model=("tiny", seed), core=seed)
+            for seed in (0, 1)
+        ]
+    engines = [f.result() for f in futures if f.exception() is None]
     try:
-        for seed in (0, 1):
-            engines.append(start_engine("vllm", log_dir, model=("tiny", seed), core=seed))
+        if len(engines) < 2:
+            raise next(f.exception() for f in futures if f.exception() is not None)
         yield engines
     finally:
         for e in engines:
