@@ -5,9 +5,10 @@ every probe; only its answers show it. A golden prompt set is sent with greedy d
 (temperature 0, a fixed seed) to a baseline and a candidate replica directly, and the
 answers are compared in one of two modes:
 
-- same: the same weights under a new engine (an engine upgrade). Answers must agree token
-  for token (one content event a token) on at least `min_agreement` of the prompts; the
-  first divergence of each prompt is reported.
+- same: the same weights under a new engine (an engine upgrade). Answers must be
+  identical (compared as text: an engine may coalesce tokens into one event) on at least
+  `min_agreement` of the prompts; the first divergence of each is reported, as a token
+  (content event) of the baseline's answer and a character.
 - new: new weights. The candidate is judged against the baseline's distribution: empty
   answers, repetition (repeated word 3-grams), length, finish_reason mix, non-printable or
   replacement characters, and expected substrings the baseline had and the candidate lost.
@@ -169,12 +170,25 @@ def bad_chars(text: str) -> float:
     return bad / len(text)
 
 
-def first_divergence(a: list[str], b: list[str]) -> int | None:
-    """The index of the first token where two answers differ (None: identical)."""
+def first_divergence(a: str, b: str) -> int | None:
+    """The index of the first character where two answers differ (None: identical)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def token_at(pieces: list[str], char: int) -> int:
+    """Which content event holds a character of the answer. An engine may put several
+    tokens in one event when its output falls behind (measured: vLLM did, with the same
+    model and prompt, under two concurrent servers), so answers are compared as text and
+    the position is given in the baseline's events."""
+    seen = 0
+    for i, p in enumerate(pieces):
+        seen += len(p)
+        if char < seen:
+            return i
+    return len(pieces)
 
 
 def profile(answers: list[Answer], prompts: dict[str, Prompt]) -> dict:
@@ -237,8 +251,9 @@ class CanaryResult:
 
 
 def _per_prompt(p: Prompt, b: Answer, c: Answer, mode: str) -> PromptResult:
-    div = first_divergence(b.pieces, c.pieces) if b.ok and c.ok else None
-    agree = b.ok and c.ok and div is None
+    char = first_divergence(b.text, c.text) if b.ok and c.ok else None
+    div = token_at(b.pieces, char) if char is not None else None
+    agree = b.ok and c.ok and char is None
     if not c.ok:
         differed, score = f"candidate {c.outcome}: {c.error or 'no answer'}", 3.0
     elif not b.ok:
@@ -246,9 +261,8 @@ def _per_prompt(p: Prompt, b: Answer, c: Answer, mode: str) -> PromptResult:
     elif agree:
         differed, score = "identical", 0.0
     else:
-        b_tok = b.pieces[div] if div < len(b.pieces) else "(end)"
-        c_tok = c.pieces[div] if div < len(c.pieces) else "(end)"
-        parts = [f"token {div}: {b_tok!r} -> {c_tok!r}"]
+        b_frag, c_frag = b.text[char : char + 12] or "(end)", c.text[char : char + 12] or "(end)"
+        parts = [f"token {div} (char {char}): {b_frag!r} -> {c_frag!r}"]
         rep = repetition(c.text) - repetition(b.text)
         if rep > MAX_REPETITION_INCREASE:
             parts.append(f"repetition +{rep:.0%}")

@@ -19,6 +19,7 @@ from harness.canary import (
     first_divergence,
     load_prompts,
     repetition,
+    token_at,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_one_token_different_is_a_divergence_at_that_token():
     r = compare(PROMPTS, BASE, answers(one_off), "same", min_agreement=1.0)
     assert r.status == "fail" and "first divergence at token 7" in r.reasons[0]
     (worst,) = r.worst()
-    assert worst.prompt_id == "p2" and worst.differed.startswith("token 7:")
+    assert worst.prompt_id == "p2" and worst.differed.startswith("token 7 (char ")
     # at a tolerated rate (5 of 6) the same answers pass, and say where they differed
     assert compare(PROMPTS, BASE, answers(one_off), "same", min_agreement=0.8).status == "pass"
     # new weights: one word in thirty is not a different distribution
@@ -100,9 +101,13 @@ def test_a_candidate_that_does_not_answer_fails_and_a_silent_baseline_is_inconcl
 
 
 def test_measures():
-    assert first_divergence(["a", "b"], ["a", "b"]) is None
-    assert first_divergence(["a", "b"], ["a", "c"]) == 1
-    assert first_divergence(["a"], ["a", "b"]) == 1
+    assert first_divergence("ab", "ab") is None
+    assert first_divergence("ab", "ac") == 1
+    assert first_divergence("a", "ab") == 1
+    # the same text in other events agrees; the position is the baseline's event
+    assert compare(PROMPTS[:1], [Answer("p0", "complete", ["ab", "c"])],
+                   [Answer("p0", "complete", ["a", "bc"])]).agreement == 1.0  # fmt: skip
+    assert token_at(["the", " cat", " sat"], 5) == 1 and token_at(["a"], 3) == 1
     assert repetition("a b c d e f") == 0 and repetition("a b c a b c a b c") == pytest.approx(
         4 / 7
     )
@@ -158,7 +163,7 @@ def test_the_gate_command_against_real_simulators(sim_factory, tmp_path):
     r = run_canary("--baseline", base.url, "--candidate", bad.url, "--out", tmp_path)
     assert r.returncode == 1 and "FAIL: 0 of 8 answers identical" in r.stdout
     saved = json.loads((tmp_path / "canary.json").read_text())
-    assert saved["status"] == "fail" and saved["worst"][0]["differed"].startswith("token 0:")
+    assert saved["status"] == "fail" and saved["worst"][0]["differed"].startswith("token 0 ")
     assert saved["worst"][0]["baseline"] and saved["worst"][0]["candidate"]  # side by side
     r = run_canary("--baseline", base.url, "--candidate", bad.url, "--mode", "new")
     assert r.returncode == 1 and "repetition" in r.stdout
