@@ -59,6 +59,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=Path("reports"),
         help="where run folders go (default: reports/)",
     )
+    group.addoption(
+        "--keep-sessions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the run, delete all but the newest N session folders in --reports-dir "
+        "(the nightly's pruning); --junitxml may name {session}, this run's folder name",
+    )
     group.addoption("--kubeconfig", default=None, help="kubeconfig for --target kube")
     group.addoption(
         "--dry-run",
@@ -68,8 +76,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before junitxml opens its file
 def pytest_configure(config: pytest.Config) -> None:
     from harness.signals import handle_sigterm
+
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath and "{session}" in xmlpath:  # one JUnit file per night, beside its reports
+        config.option.xmlpath = xmlpath.replace("{session}", _session_dir(config).name)
+    keep = config.getoption("keep_sessions", None)
+    if keep is not None and keep < 1:
+        raise pytest.UsageError(f"--keep-sessions must be at least 1, not {keep}")
 
     # SIGTERM (a CronJob's deadline, a node drain) unwinds like Ctrl-C: the target fixture
     # puts back what the scenario changed, and pytest exits non-zero (interrupted)
@@ -200,12 +216,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if index is None or tr is None:
         return
+    keep = config.getoption("keep_sessions")
+    if keep:
+        pruned = prune_sessions(session_dir.parent, keep)
+        if pruned and tr is not None:
+            tr.write_line(f"rollcheck: pruned {len(pruned)} old sessions ({', '.join(pruned)})")
     # every session in the reports folder (the nightly keeps one per night): the history
     history, _ = write_history(session_dir.parent)
     for line in verdict_lines(session_dir):
         tr.write_line(line)
     tr.write_line(f"rollcheck: session report {index}")
     tr.write_line(f"rollcheck: history of {session_dir.parent} {history}")
+
+
+SESSION_NAME = re.compile(r"^\d{8}-\d{6}-[a-z]+$")  # <stamp>-<target>, as _session_dir names
+
+
+def prune_sessions(reports_dir: Path, keep: int) -> list[str]:
+    """Delete all but the newest `keep` session folders (named and shaped as sessions:
+    nothing else in the folder is touched)."""
+    import shutil
+
+    sessions = sorted(
+        p
+        for p in reports_dir.iterdir()
+        if p.is_dir() and SESSION_NAME.match(p.name) and any(p.glob("*/summary.json"))
+    )
+    old = sessions[:-keep] if len(sessions) > keep else []
+    for p in old:
+        shutil.rmtree(p)
+    return [p.name for p in old]
 
 
 def verdict_lines(session_dir: Path) -> list[str]:

@@ -207,8 +207,9 @@ class ScenarioTiming:
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
     hpa_sync_s: float = 1.0  # scale_up: how long the HPA takes to notice
-    # startup: the new version's start-up (weights loading; the simulator's startup_s), and
-    # how many restarts of its first pod show a crash loop (then it is rolled back)
+    # startup: the new version's start-up (weights loading; the simulator's startup_s; 0:
+    # the new image's own, on a real cluster), and how many restarts of its first pod
+    # show a crash loop (then it is rolled back)
     startup_version_s: float = 4.0
     startup_restarts: int = 2
 

@@ -403,3 +403,63 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
     assert kube_local.api.sanitize_for_serialization(dep.spec.template) == template
     assert dep.spec.replicas == before.spec.replicas
     assert not any(n.spec.unschedulable for n in core.list_node().items)
+
+
+# the GPU profile scaled down to the simulator's seconds, as --set does it
+GPU_PROFILE_SCALED_DOWN = [
+    "load.users=4",
+    "load.max_tokens=[{tokens: 30, weight: 0.6}, {tokens: 200, weight: 0.4}]",
+    "load.stop_timeout_s=10",
+    "slo.ttft_s=1.5",
+    "slo.stall_timeout_s=5",
+    "scenario.warmup_s=1",
+    "scenario.in_flight=2",
+    "scenario.steady_state_s=60",
+    "scenario.cool_down_s=2",
+    "scenario.recovery_s=60",
+    "scenario.gateway_log_wait_s=5",
+    "scenario.eviction_retry_s=30",
+]
+
+
+def test_the_nightly_command_with_the_gpu_profile_scaled_down(
+    kube_local, namespace, deployed, tmp_path
+):
+    """deploy/nightly's own arguments, pointed at kube-local: a dated session folder with
+    its JUnit file, the history page, and the restore."""
+    ingress = deployed()
+    root = Path(__file__).resolve().parents[2]
+    docs = list(yaml.safe_load_all((root / "deploy/nightly/cronjob.yaml").read_text()))
+    cron = next(d for d in docs if d["kind"] == "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[0] == "pytest"  # PID 1 is pytest itself: the kubelet's SIGTERM reaches it
+    here = {  # in this order: the gateway URL holds the namespace's name
+        "http://vllm-gateway.llm-staging.svc:8000": ingress.url,
+        "/config/rollcheck.yaml": str(root / "deploy/vllm/rollcheck.yaml"),
+        "/reports": str(tmp_path),
+        "llm-staging": namespace,
+        "=vllm": "=rollcheck-sim",
+    }
+    cmd = []
+    for a in args[1:]:
+        for old, new in here.items():
+            a = a.replace(old, new)
+        cmd.append(a)
+    cmd += [f"--kubeconfig={kube_local.kubeconfig}", "-k", "drain and pod", "-q"]
+    for s in GPU_PROFILE_SCALED_DOWN:
+        cmd += ["--set", s]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", *cmd],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    sessions = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(sessions) == 1, sorted(p.name for p in tmp_path.iterdir())
+    session = sessions[0]
+    assert (session / "junit.xml").exists() and (session / "index.html").exists()
+    assert (tmp_path / "history.html").exists()
+    assert RESTORE not in (deployment(kube_local, namespace).metadata.annotations or {})
