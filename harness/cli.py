@@ -264,6 +264,13 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         help="same mode: share of answers that must be identical (default 0.9)",
     )
     p.add_argument("--model", default=None, help="model name to request (default: server's)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="prompts in flight per replica (default 4); 1 keeps answers independent of "
+        "batching, whose numerics can flip a near-tie token",
+    )
     p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without data")
     p.add_argument("--out", type=Path, default=None, help="write canary.json into this folder")
     p.add_argument(
@@ -285,6 +292,8 @@ def _canary(sub: argparse._SubParsersAction) -> None:
             raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
         if ns.stall_timeout <= 0:
             raise UsageError("--stall-timeout must be positive")
+        if ns.concurrency < 1:
+            raise UsageError("--concurrency must be at least 1")
         if ns.api_key and ns.api_key not in os.environ:
             raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
         headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
@@ -293,7 +302,14 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         except canary.CanaryInputError as exc:
             raise UsageError(str(exc)) from None
         answers = [
-            canary.ask(url, prompts, ns.model, headers=headers, stall_timeout_s=ns.stall_timeout)
+            canary.ask(
+                url,
+                prompts,
+                ns.model,
+                headers=headers,
+                stall_timeout_s=ns.stall_timeout,
+                concurrency=ns.concurrency,
+            )
             for url in (ns.baseline, ns.candidate)
         ]
         result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)

@@ -192,13 +192,17 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     from harness.errors import RollcheckError
-    from harness.scenario import DryRun, ScenarioFailed
+    from harness.scenario import DryRun, ScenarioFailed, ScenarioSkipped
 
     if call.excinfo is not None and call.excinfo.errisinstance(ScenarioFailed):
         report.longrepr = str(call.excinfo.value)  # the verdict is the message, not a traceback
     elif call.excinfo is not None and call.excinfo.errisinstance(RollcheckError):
         # a user's error (an engine not installed, a cluster refusing): one line
         report.longrepr = f"rollcheck: {call.excinfo.value}"
+    elif call.excinfo is not None and call.excinfo.errisinstance(ScenarioSkipped):
+        report.outcome = "skipped"  # JUnit <skipped message=...>, the terminal's SKIPPED
+        reason = f"rollcheck: SKIPPED: {call.excinfo.value}"
+        report.longrepr = (str(item.path), item.location[1], reason)
     elif call.excinfo is not None and call.excinfo.errisinstance(DryRun):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], str(call.excinfo.value))
@@ -258,6 +262,9 @@ def verdict_lines(session_dir: Path) -> list[str]:
     for path in sorted(session_dir.glob("*/summary.json")):
         s = json.loads(path.read_text())
         att = (s.get("attribution") or {}).get("text", "")
+        if s["verdict"] == "skipped":
+            lines.append(f"rollcheck: {s.get('name')} SKIPPED: {s.get('reason')}")
+            continue
         lines.append(
             f"rollcheck: {s.get('name')} {s['verdict'].upper()}, goodput {goodput_text(s)}"
             + (f", {att}" if att else "")

@@ -36,6 +36,10 @@ class DryRun(Exception):
     """A dry run ends before judging: there is nothing to judge."""
 
 
+class ScenarioSkipped(Exception):
+    """The target cannot run this scenario (found before acting): SKIPPED, with why."""
+
+
 class Scenario:
     def __init__(self, name: str, kind: str, cfg: RunConfig, target: Target, run_dir: Path):
         self.name, self.kind, self.cfg, self.target = name, kind, cfg, target
@@ -331,6 +335,43 @@ class Scenario:
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # --- judge ---------------------------------------------------------------------
+    def skip(self, reason: str):
+        """End before acting, as SKIPPED: the run folder says why (the index lists it)."""
+        summary = {
+            "scenario": self.kind,
+            "name": self.name,
+            "target": self.target.name,
+            "verdict": "skipped",
+            "reason": reason,
+            "requests": 0,
+            "outcomes": {},
+            "checks": [],
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        self.summary = summary
+        raise ScenarioSkipped(reason)
+
+    def require_node_drain(self) -> None:
+        """Before acting: SKIPPED if this target may not drain a node."""
+        blocker = self.target.node_drain_blocker()
+        if blocker:
+            self.skip(f"cannot drain a node here: {blocker}")
+
+    def require_gpus(self, surge: int) -> None:
+        """Before acting: SKIPPED if a rollout's surge pods cannot get GPUs (they would
+        stay Pending until the rollout timed out)."""
+        if self.dry_run or surge <= 0:
+            return
+        free = self.target.free_gpus()
+        if free is None:
+            return
+        have, per_pod = free
+        if surge * per_pod > have:
+            self.skip(
+                f"the rollout needs {surge * per_pod} free GPUs ({surge} surge pods x "
+                f"{per_pod}) and the schedulable nodes have {have}: lower maxSurge or free GPUs"
+            )
+
     def inconclusive(self, reason: str):
         """End the scenario without a verdict of pass or fail: write the run folder with
         the reason, and raise ScenarioFailed with the INCONCLUSIVE account."""

@@ -22,6 +22,8 @@ def test_canary(scenario):
         # an engine upgrade keeps the weights: the simulator answers from them, not its version
         engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
 
+    scenario.require_gpus(1)  # the canary replica needs a GPU of its own
+
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()
     baseline_pod = scenario.target.ready_pods()[0]

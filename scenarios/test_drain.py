@@ -13,6 +13,9 @@ from harness import checks
 @pytest.mark.drain
 @pytest.mark.parametrize("what", ["pod", "node"])
 def test_drain(scenario, what):
+    if what == "node":
+        scenario.require_node_drain()  # SKIPPED, with why, if this target may not
+
     # steady state: load running, streams in flight on the pod about to go
     scenario.steady_state()
     victim = scenario.busiest_pod()

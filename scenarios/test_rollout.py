@@ -22,6 +22,7 @@ def test_rollout(scenario, strategy):
     max_surge, max_unavailable = STRATEGIES[strategy]
 
     surge, unavailable = scenario.resolve_strategy(max_surge, max_unavailable)
+    scenario.require_gpus(surge)  # SKIPPED if the surge pods could never be scheduled
 
     # steady state
     scenario.steady_state()

@@ -19,6 +19,7 @@ def test_startup(scenario):
     t = scenario.cfg.scenario
     version = "v2"
     probes = scenario.pod_probes()
+    scenario.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
 
     scenario.steady_state()
     # act: the new version loads its weights for scenario.startup_version_s (the

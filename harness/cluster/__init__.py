@@ -38,6 +38,11 @@ class TargetError(RollcheckError, RuntimeError):
     """The target cannot do what was asked: one clear line."""
 
 
+class CannotRun(TargetError):
+    """The target cannot run this scenario, found before acting: it is SKIPPED with the
+    reason (never a traceback, never a pass)."""
+
+
 class EvictionRefused(TargetError):
     """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
 
@@ -105,6 +110,15 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def scale(self, replicas: int) -> None: ...
+
+    def node_drain_blocker(self) -> str | None:
+        """Why a node drain cannot be done here (a setting, a permission), or None."""
+        return None
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        """(GPUs free on schedulable nodes, GPUs one pod needs), or None when pods do not
+        hold GPUs here (or the count cannot be known)."""
+        return None
 
     def auth_headers(self) -> dict[str, str]:
         """The load's API key (load.api_key_env) for the harness's own calls."""

@@ -36,6 +36,7 @@ from harness.sim.settings import flag_name
 
 OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"
+GPU = "nvidia.com/gpu"
 KEDA_PAUSE = "autoscaling.keda.sh/paused-replicas"
 # (verb, resource, group, subresource) the harness needs in its namespace
 NEEDED = [
@@ -45,6 +46,7 @@ NEEDED = [
     ("list", "pods", "", ""),
     ("watch", "pods", "", ""),
     ("delete", "pods", "", ""),
+    ("patch", "pods", "", ""),
     ("create", "pods", "", "eviction"),
     ("get", "pods", "", "proxy"),
     ("list", "replicasets", "apps", ""),
@@ -307,23 +309,64 @@ class KubeTarget(Target):
             )
         return dep
 
-    def _check_access(self) -> None:
-        authz = client.AuthorizationV1Api(self.api)
-        for verb, resource, group, sub in NEEDED:
-            review = client.V1SelfSubjectAccessReview(
-                spec=client.V1SelfSubjectAccessReviewSpec(
-                    resource_attributes=client.V1ResourceAttributes(
-                        namespace=self.ns,
-                        verb=verb,
-                        resource=resource,
-                        group=group,
-                        subresource=sub or None,
-                    )
+    def _allowed(self, verb: str, resource: str, group: str = "", sub: str = "", ns=True):
+        """A SelfSubjectAccessReview; None when the cluster does not answer them."""
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=self.ns if ns else None,
+                    verb=verb,
+                    resource=resource,
+                    group=group,
+                    subresource=sub or None,
                 )
             )
-            try:
-                allowed = authz.create_self_subject_access_review(review).status.allowed
-            except ApiException:
+        )
+        try:
+            authz = client.AuthorizationV1Api(self.api)
+            return authz.create_self_subject_access_review(review).status.allowed
+        except ApiException:
+            return None
+
+    def node_drain_blocker(self) -> str | None:
+        if not self.k.allow_node_drain:
+            return (
+                "draining a node cordons it for every workload on it: set "
+                "kube.allow_node_drain=true to allow it"
+            )
+        if self._allowed("patch", "nodes", ns=False) is False:
+            return (
+                "RBAC: not allowed to patch nodes (cordon); bind the ClusterRole "
+                "rollcheck-node-drain in deploy/rbac.yaml to the harness's identity"
+            )
+        return None
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        """nvidia.com/gpu allocatable on schedulable nodes, minus what running pods request."""
+        dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
+        per_pod = sum(
+            int(str(((c.resources and c.resources.limits) or {}).get(GPU, 0)))
+            for c in dep.spec.template.spec.containers
+        )
+        if not per_pod:
+            return None
+        try:
+            nodes = [n for n in self.core.list_node().items if not n.spec.unschedulable]
+            pods = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded")
+        except ApiException:
+            return None  # no permission to look: find out when acting
+        names = {n.metadata.name for n in nodes}
+        free = sum(int(str((n.status.allocatable or {}).get(GPU, 0))) for n in nodes)
+        for p in pods.items:
+            if p.spec.node_name in names and p.status.phase != "Failed":
+                for c in p.spec.containers:
+                    free -= int(str(((c.resources and c.resources.requests) or {}).get(GPU, 0)))
+        return max(0, free), per_pod
+
+    def _check_access(self) -> None:
+        for verb, resource, group, sub in NEEDED:
+            allowed = self._allowed(verb, resource, group, sub)
+            if allowed is None:
                 return  # the cluster does not answer access reviews: find out when acting
             if not allowed:
                 what = f"{resource}/{sub}" if sub else resource

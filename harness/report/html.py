@@ -794,6 +794,7 @@ def write_index(session_dir: Path) -> Path | None:
                 for c in s["checks"]
                 if c.get("status", "pass" if c["passed"] else "fail") in ("fail", "inconclusive")
             )
+            or s.get("reason")  # a skipped scenario: why the target could not run it
             or "–"
         )
         v = s["verdict"]
@@ -808,18 +809,20 @@ def write_index(session_dir: Path) -> Path | None:
     matrix = "".join(
         f"<tr><td>{_e(k)}</td><td class=num>{kinds.get((k, 'pass'), 0)}</td>"
         f"<td class=num>{kinds.get((k, 'fail'), 0)}</td>"
-        f"<td class=num>{kinds.get((k, 'inconclusive'), 0)}</td></tr>"
+        f"<td class=num>{kinds.get((k, 'inconclusive'), 0)}</td>"
+        f"<td class=num>{kinds.get((k, 'skipped'), 0)}</td></tr>"
         for k in sorted({s["scenario"] for s in runs})
     )
     verdicts = {s["verdict"] for s in runs}
-    overall = next((v for v in ("fail", "inconclusive") if v in verdicts), "pass")
+    overall = next((v for v in ("fail", "inconclusive") if v in verdicts), None)
+    overall = overall or ("skipped" if verdicts == {"skipped"} else "pass")
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
         f"<span class='verdict {verdict_class(overall)}'>{overall.upper()}</span></h1>"
         f"<p class=muted>{_e(session_dir.name)} · {len(runs)} scenario runs</p>"
         "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
-        f"<th>inconclusive</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
+        f"<th>inconclusive</th><th>skipped</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
         "<th>run</th><th>verdict</th><th>goodput</th>"
         f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table></body></html>"
     )

@@ -44,8 +44,10 @@ def canary(baseline, candidate, *args) -> subprocess.CompletedProcess:
 
 
 def test_the_same_model_is_a_good_canary(two_models):
+    """One prompt at a time: batched with others, a near-tie token can flip (measured:
+    7 of 8 identical at concurrency 4 on this random-weight model)."""
     seed0, _ = two_models
-    r = canary(seed0, seed0)
+    r = canary(seed0, seed0, "--concurrency", "1")
     assert r.returncode == 0 and "PASS: 8 of 8 answers identical" in r.stdout, r.stdout
 
 

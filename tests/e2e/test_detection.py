@@ -255,3 +255,23 @@ def test_losing_a_replica_at_capacity_breaks_the_ttft_budget(tmp_path, select):
         assert set(summary["signals"][phase]) >= {"missing_done", "truncated", "gateway_499"}
     if select.startswith("rollout"):
         assert summary["outcomes"]["complete"] == summary["requests"]  # nothing broke
+
+
+def test_a_rollout_the_nodes_cannot_hold_is_skipped_with_its_reason(tmp_path):
+    """Blue-green with no spare GPUs would wait for its timeout; it is SKIPPED before it
+    acts, and says why in the terminal, the index and JUnit (never a pass)."""
+    junit = tmp_path / "junit.xml"
+    proc, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "rollout and blue",
+        "gpus_per_node=1",
+        "nodes=3",
+        options=("--junitxml", str(junit), "-rs"),
+    )
+    reason = "the rollout needs 3 free GPUs (3 surge pods x 1) and the schedulable nodes have 0"
+    assert summary["verdict"] == "skipped" and reason in summary["reason"]
+    assert "SKIPPED" in proc.stdout and reason in proc.stdout and "Traceback" not in proc.stdout
+    assert "<skipped" in junit.read_text() and reason in junit.read_text()
+    index = next((tmp_path / "reports").glob("*/index.html")).read_text()
+    assert ">SKIPPED<" in index and html.escape(reason) in index
+    assert summary["requests"] == 0  # nothing was started: no load, no action

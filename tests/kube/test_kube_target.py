@@ -463,3 +463,22 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     assert (session / "junit.xml").exists() and (session / "index.html").exists()
     assert (tmp_path / "history.html").exists()
     assert RESTORE not in (deployment(kube_local, namespace).metadata.annotations or {})
+
+
+def test_a_node_drain_without_permission_is_skipped_before_acting(
+    kube_local, namespace, deployed, tmp_path
+):
+    ingress = deployed()
+    before = deployment(kube_local, namespace).metadata.resource_version
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "drain and node",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}", "-rs"),
+    )
+    assert summary["verdict"] == "skipped" and "kube.allow_node_drain=true" in summary["reason"]
+    assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
+    assert deployment(kube_local, namespace).metadata.resource_version == before  # untouched
+    assert not any(n.spec.unschedulable for n in client.CoreV1Api(kube_local.api).list_node().items)

@@ -182,6 +182,17 @@ class LocalTarget(Target):
         self.action("scale", replicas=replicas)
         self.controller.scale(replicas)
 
+    def free_gpus(self) -> tuple[int, int] | None:
+        cap = self.cfg.gpus_per_node
+        if not cap:
+            return None
+        free = sum(
+            max(0, cap - sum(1 for p in self.controller.pods.values() if p.spec.node == n))
+            for n in self.controller.nodes
+            if n not in self.controller.cordoned
+        )
+        return free, 1
+
     def scale_down(self, pod: str) -> None:
         try:
             self.controller.pod(pod)
