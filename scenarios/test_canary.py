@@ -16,6 +16,7 @@ from harness import canary, checks
 @pytest.mark.canary
 def test_canary(scenario):
     cfg = scenario.cfg.canary
+    version = cfg.version or scenario.cfg.next_version
     prompts = canary.load_prompts(cfg.prompts)
     engine = dict(cfg.engine)
     if cfg.mode == "same" and scenario.target.name == "local" and scenario.cfg.engine.kind == "sim":
@@ -30,10 +31,10 @@ def test_canary(scenario):
     baseline = [] if scenario.dry_run else scenario.ask(baseline_pod, prompts)
 
     # act: one canary replica of the new version (surge 1, nothing taken down first)
-    scenario.target.rollout(cfg.version, engine=engine, max_surge="1", max_unavailable="0")
+    scenario.target.rollout(version, engine=engine, max_surge="1", max_unavailable="0")
     if scenario.dry_run:
         scenario.judge()  # prints the plan, takes nothing further
-    canary_pod = scenario.wait_version_ready(cfg.version, cfg.ready_s)
+    canary_pod = scenario.wait_version_ready(version, cfg.ready_s)
     candidate = scenario.ask(canary_pod, prompts)
     result = canary.compare(prompts, baseline, candidate, cfg.mode, cfg.min_agreement)
 

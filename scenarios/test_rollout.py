@@ -28,7 +28,9 @@ def test_rollout(scenario, strategy):
     scenario.steady_state()
 
     # act
-    scenario.target.rollout("v2", max_surge=max_surge, max_unavailable=max_unavailable)
+    scenario.target.rollout(
+        scenario.cfg.next_version, max_surge=max_surge, max_unavailable=max_unavailable
+    )
 
     # observe
     scenario.wait_rollout()

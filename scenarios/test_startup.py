@@ -17,7 +17,7 @@ from harness import checks
 @pytest.mark.startup
 def test_startup(scenario):
     t = scenario.cfg.scenario
-    version = "v2"
+    version = scenario.cfg.next_version
     probes = scenario.pod_probes()
     scenario.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
 

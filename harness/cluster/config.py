@@ -248,7 +248,7 @@ class Canary:
     baseline's on golden prompts (rollcheck canary), promoted if they agree, rolled back
     if not."""
 
-    version: str = "v2"
+    version: str = ""  # the canary's version (default: next_version)
     # same: the same weights under a new engine (token for token); new: new weights
     mode: str = "same"
     min_agreement: float = 0.9  # same mode: share of answers that must be identical
@@ -279,7 +279,10 @@ class RunConfig:
     replicas: int = 3
     nodes: int = 2
     gpus_per_node: int = 0  # 0 = unlimited
-    version: str = "v1"
+    version: str = "v1"  # the version running before a scenario (the baseline)
+    # the version rollouts go to; with kube.image=repo:{version} it is the image tag the
+    # rollout sets (e.g. version v0.11.0, next_version v0.12.0: an engine upgrade)
+    next_version: str = "v2"
     engine: EngineSettings = field(default_factory=EngineSettings)
     pod: PodSettings = field(default_factory=PodSettings)
     strategy: Strategy = field(default_factory=Strategy)

@@ -160,7 +160,13 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
 
 
 def _actions(events: list[Event], t0: float) -> str:
-    acts = [e for e in events if e.kind == "action" and e.detail.get("action") != "health_probe"]
+    acts = [
+        e
+        if e.kind == "action"
+        else Event(e.t, "action", e.pod, e.node, e.version, {"action": "restored"} | e.detail)
+        for e in events
+        if (e.kind == "action" and e.detail.get("action") != "health_probe") or e.kind == "restored"
+    ]  # the restore (the target put back as it was) is what was done too
     if not acts:
         return "<p class=muted>No actions recorded.</p>"
     rows = "".join(

@@ -295,6 +295,9 @@ def test_scenarios_end_to_end_through_the_kube_target(
     )  # correlated to pods via the gateway log
     dep = deployment(kube_local, namespace)
     assert RESTORE not in (dep.metadata.annotations or {})  # the run put back what it changed
+    if select.startswith("rollout"):  # the restoring rollback is in the report
+        page = next((tmp_path / "reports").glob("*/*/report.html")).read_text()
+        assert "<td>restored</td>" in page and "pod template" in page
 
 
 ABORT_MODE = ["--shutdown-timeout=0"]  # vLLM's default: in-flight streams do not finish
@@ -482,3 +485,28 @@ def test_a_node_drain_without_permission_is_skipped_before_acting(
     assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
     assert deployment(kube_local, namespace).metadata.resource_version == before  # untouched
     assert not any(n.spec.unschedulable for n in client.CoreV1Api(kube_local.api).list_node().items)
+
+
+def test_an_engine_upgrade_sets_the_image_tag_of_next_version_and_the_restore_puts_it_back(
+    kube_local, namespace, deployed, tmp_path
+):
+    deployed()
+    t = target_for(
+        kube_local,
+        namespace,
+        tmp_path,
+        None,
+        "kube.image=rollcheck/sim:{version}",
+        "version=v0.11.0",
+        "next_version=v0.12.0",
+    )
+    t.start()
+    t.rollout(t.cfg.next_version)
+    dep = deployment(kube_local, namespace)
+    assert dep.spec.template.spec.containers[0].image == "rollcheck/sim:v0.12.0"  # not :v2
+    t.close()
+    dep = deployment(kube_local, namespace)
+    assert dep.spec.template.spec.containers[0].image == "rollcheck/sim:v1"
+    assert "pod template" in t.restored
+    restored = [e for e in t.events() if e.kind == "restored"]
+    assert restored and "pod template" in restored[0].detail["what"]  # on the timeline
