@@ -58,7 +58,7 @@ class LoadRun:
         run_dir: Path,
         settings: LoadSettings,
         thresholds: Thresholds,
-        start_timeout_s: float = 30.0,
+        start_timeout_s: float | None = None,
     ):
         try:
             settings.validate()
@@ -68,7 +68,9 @@ class LoadRun:
         self.run_dir = Path(run_dir)
         self.settings = settings
         self.thresholds = thresholds
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s = (
+            settings.start_timeout_s if start_timeout_s is None else start_timeout_s
+        )
         self.load_dir = self.run_dir / "load"
         self.master: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []

@@ -41,6 +41,7 @@ class LoadSettings:
     workers: int = 0  # 0: one local process; N: a master and N local workers
     external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
     stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
+    start_timeout_s: float = 30.0  # longest wait for Locust (and every worker) to start
     seed: int = 0
 
     def validate(self) -> None:

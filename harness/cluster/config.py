@@ -194,6 +194,9 @@ class ScenarioTiming:
     # step has worked off its queue (a round-robin gateway keeps sending it a share)
     step_cool_down_s: float = 6.0
     recovery_s: float = 30.0  # longest wait for the target to recover
+    # longest wait, before a scenario, for the target's replicas to be ready and served
+    # (engine start-up: seconds for the simulator, minutes for a GPU pod loading weights)
+    settle_s: float = 60.0
     # longest wait for the steady state (streams in flight on the victim, by the harness's
     # records and the engine's metrics); past it the run is inconclusive
     steady_state_s: float = 60.0

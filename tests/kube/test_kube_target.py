@@ -265,7 +265,7 @@ def test_rbac_denial_names_the_verb_and_resource(kube_local, namespace, deployed
 
 
 @pytest.mark.parametrize(
-    "select", ["drain and pod", "rollout and surge1", "canary", "scale_down", "startup"]
+    "select", ["drain and pod", "rollout and surge1", "canary", "scale_down"]
 )
 def test_scenarios_end_to_end_through_the_kube_target(
     kube_local, namespace, deployed, tmp_path, select
@@ -422,6 +422,8 @@ GPU_PROFILE_SCALED_DOWN = [
     "scenario.recovery_s=60",
     "scenario.gateway_log_wait_s=5",
     "scenario.eviction_retry_s=30",
+    "scenario.settle_s=60",
+    "load.start_timeout_s=30",
 ]
 
 
