@@ -1,8 +1,12 @@
 """Gateway logs: parse access and error lines, join them to stream records.
 
-Two access formats: rollcheck's nginx JSON format (harness/cluster/local/gateway.py)
-and ingress-nginx's default `upstreaminfo`. Error-log lines join an access line
-through nginx's connection number (`*N`) and the time window of the request.
+Access formats: rollcheck's nginx JSON format (harness/cluster/local/gateway.py),
+ingress-nginx's default `upstreaminfo`, and Envoy's (Gateway API implementations,
+the llm-d inference gateway): its default text format and JSON. Envoy has no error
+log; its response flags say what nginx's error log says (UC: upstream connection
+terminated, UR: upstream reset, DC: the client went away, UF/UH: no upstream), and
+they count as the nginx equivalents. Error-log lines join an access line through
+nginx's connection number (`*N`) and the time window of the request.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class GatewayLine:
     end_t: float  # epoch seconds
     connection: int | None = None
     errors: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # Envoy's response flags (UC, UR, DC, ...)
 
     @property
     def start_t(self) -> float:
@@ -60,6 +65,8 @@ def _last(value: str | None) -> str | None:
 
 def parse_json_line(line: str) -> GatewayLine:
     d = json.loads(line)
+    if "response_code" in d and "start_time" in d:
+        return parse_envoy_json(d)
     return GatewayLine(
         request_id=d.get("request_id") or None,
         status=int(d["status"]),
@@ -69,6 +76,79 @@ def parse_json_line(line: str) -> GatewayLine:
         request_time_s=float(d.get("request_time", 0)),
         end_t=float(d["time"]),
         connection=int(d["connection"]) if d.get("connection") not in (None, "") else None,
+    )
+
+
+# Envoy's response flags, as what nginx would have logged
+ENVOY_UPSTREAM_CLOSED = {"UC", "UR"}  # upstream connection terminated / reset: nginx's
+#                                       "upstream prematurely closed"
+ENVOY_ERRORS = {
+    "UC": "upstream connection termination (envoy UC): upstream prematurely closed",
+    "UR": "upstream remote reset (envoy UR): upstream prematurely closed",
+    "UF": "upstream connection failure (envoy UF)",
+    "UH": "no healthy upstream (envoy UH)",
+    "UT": "upstream request timeout (envoy UT)",
+    "DC": "downstream connection termination (envoy DC)",
+}
+
+# [%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%"
+# %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%
+# %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%"
+# "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"  (Envoy's default format)
+ENVOY_DEFAULT = re.compile(
+    r'^\[(?P<start>[^\]]+)\] "(?P<request>[^"]*)" (?P<code>\d+) (?P<flags>\S+) '
+    r"(?P<received>\d+|-) (?P<sent>\d+|-) (?P<duration>\d+|-) (?P<upstream_time>\S+) "
+    r'"(?P<xff>[^"]*)" "(?P<agent>[^"]*)" "(?P<req_id>[^"]*)" "(?P<authority>[^"]*)" '
+    r'"(?P<upstream>[^"]*)"'
+)
+
+
+def _envoy_time(text: str) -> float:
+    return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
+
+
+def _envoy_line(req_id, code, flags, sent, duration_ms, start, upstream) -> GatewayLine:
+    flags_list = [] if flags in (None, "", "-") else str(flags).split(",")
+    duration = 0.0 if duration_ms in (None, "", "-") else float(duration_ms) / 1000
+    host = None if upstream in (None, "", "-") else re.sub(r"^\w+://", "", str(upstream))
+    code = int(code) if code not in (None, "", "-") else 0
+    return GatewayLine(
+        request_id=None if req_id in (None, "", "-") else str(req_id),
+        # Envoy logs 0 when the client left before the response began: nginx's 499
+        status=499 if code == 0 and "DC" in flags_list else code,
+        upstream_addr=host,
+        upstream_status=None,
+        body_bytes_sent=0 if sent in (None, "", "-") else int(sent),
+        request_time_s=duration,
+        end_t=_envoy_time(start) + duration,
+        errors=[ENVOY_ERRORS[f] for f in flags_list if f in ENVOY_ERRORS],
+        flags=flags_list,
+    )
+
+
+def parse_envoy_line(line: str) -> GatewayLine:
+    m = ENVOY_DEFAULT.match(line.strip())
+    if not m:
+        raise ValueError("not an Envoy default-format line")
+    return _envoy_line(
+        m["req_id"], m["code"], m["flags"], m["sent"], m["duration"], m["start"], m["upstream"]
+    )
+
+
+def parse_envoy_json(d: dict) -> GatewayLine:
+    """Envoy's JSON format, with the key names Envoy Gateway and Istio use."""
+
+    def get(*keys):
+        return next((d[k] for k in keys if k in d), None)
+
+    return _envoy_line(
+        get("x-request-id", "x_request_id", "request_id"),
+        get("response_code"),
+        get("response_flags"),
+        get("bytes_sent"),
+        get("duration"),
+        get("start_time"),
+        get("upstream_host"),
     )
 
 
@@ -136,12 +216,14 @@ def read_access_log(path: Path | None) -> tuple[list[GatewayLine], Unparsed]:
     for raw in Path(path).read_text(errors="replace").splitlines():
         if not raw.strip():
             continue
+        first = raw.lstrip()[:1]
         try:
-            lines.append(
-                parse_json_line(raw)
-                if raw.lstrip().startswith("{")
-                else parse_upstreaminfo_line(raw)
-            )
+            if first == "{":
+                lines.append(parse_json_line(raw))
+            elif first == "[":
+                lines.append(parse_envoy_line(raw))
+            else:
+                lines.append(parse_upstreaminfo_line(raw))
         except (ValueError, KeyError):
             bad.add(raw)
     return lines, bad
@@ -202,7 +284,8 @@ def gateway_summary(access: list[GatewayLine], errors: list[ErrorLine]) -> dict:
     status = Counter(str(a.status) for a in access)
     return {
         "status": dict(sorted(status.items())),
-        "upstream_prematurely_closed": sum(1 for e in errors if e.prematurely_closed),
+        "upstream_prematurely_closed": sum(1 for e in errors if e.prematurely_closed)
+        + sum(1 for a in access if ENVOY_UPSTREAM_CLOSED & set(a.flags)),
         "lines": len(access),
         "error_lines": len(errors),
     }

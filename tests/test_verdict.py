@@ -4,6 +4,7 @@ when its population is empty or unknown. No processes, no sockets."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -458,3 +459,60 @@ def test_bad_slo_settings_are_one_line_errors(sets, words):
     with pytest.raises(ConfigError) as info:
         load_config(None, sets)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+# --- Envoy (Gateway API, llm-d): default text format and JSON ------------------------------
+
+ENVOY = (
+    '[2026-12-01T06:00:01.000Z] "POST /v1/chat/completions HTTP/1.1" {code} {flags} 311 812 '
+    '{ms} 3 "-" "python-httpx/0.28.1" "{rid}" "gw.example" "10.244.1.7:8000"'
+)
+
+
+def test_envoy_default_format_and_its_response_flags():
+    from harness.gateway import gateway_summary, parse_envoy_line
+
+    ok = parse_envoy_line(ENVOY.format(code=200, flags="-", ms=4012, rid="req-1"))
+    assert (ok.request_id, ok.status, ok.upstream_addr, ok.flags) == (
+        "req-1",
+        200,
+        "10.244.1.7:8000",
+        [],
+    )
+    assert ok.request_time_s == 4.012 and ok.end_t == pytest.approx(ok.start_t + 4.012)
+    cut = parse_envoy_line(ENVOY.format(code=200, flags="UC", ms=2000, rid="req-2"))
+    gone = parse_envoy_line(ENVOY.format(code=0, flags="DC", ms=900, rid="req-3"))
+    assert gone.status == 499  # the client left before the response began: nginx's 499
+    records = [rec("req-1"), rec("req-2"), rec("req-3", outcome="cancelled")]
+    r = C.gateway_clean(data(records, access=[ok, cut, gone], gateway_logs="envoy.log"))
+    assert r.status == "fail"
+    assert r.observed["upstream_prematurely_closed"] == 1 and r.observed["499"] == 1
+    assert gateway_summary([ok, cut, gone], [])["upstream_prematurely_closed"] == 1
+
+
+def test_envoy_json_lines_are_read_beside_the_other_formats(tmp_path):
+    from harness.gateway import read_access_log
+
+    line = {
+        "start_time": "2026-12-01T06:00:01.000Z",
+        "response_code": 200,
+        "response_flags": "UR",
+        "duration": 1500,
+        "bytes_sent": 90,
+        "x_request_id": "req-9",
+        "upstream_host": "10.244.1.9:8000",
+        "method": "POST",
+    }
+    log = tmp_path / "access.log"
+    log.write_text(
+        json.dumps(line)
+        + "\n"
+        + ENVOY.format(code=200, flags="-", ms=10, rid="req-1")
+        + "\n"
+        + UPSTREAMINFO.format(rid="req-2")
+        + "\nnot a log line\n"
+    )
+    access, unparsed = read_access_log(log)
+    assert [a.request_id for a in access] == ["req-9", "req-1", "req-2"]
+    assert access[0].flags == ["UR"] and "upstream prematurely closed" in access[0].errors[0]
+    assert unparsed.count == 1 and unparsed.first == "not a log line"

@@ -264,9 +264,7 @@ def test_rbac_denial_names_the_verb_and_resource(kube_local, namespace, deployed
     assert deployment(kube_local, namespace).metadata.resource_version == before
 
 
-@pytest.mark.parametrize(
-    "select", ["drain and pod", "rollout and surge1", "canary", "scale_down"]
-)
+@pytest.mark.parametrize("select", ["drain and pod", "rollout and surge1", "canary", "scale_down"])
 def test_scenarios_end_to_end_through_the_kube_target(
     kube_local, namespace, deployed, tmp_path, select
 ):
