@@ -229,6 +229,42 @@ def read_access_log(path: Path | None) -> tuple[list[GatewayLine], Unparsed]:
     return lines, bad
 
 
+def keep_only_run_lines(access_path: Path, error_path: Path | None, ids: set, errors) -> int:
+    """Rewrite gateway logs that were copied into a run folder with this run's lines only:
+    a shared ingress serves other tenants, whose lines have no place in a report.
+    Returns how many lines were dropped."""
+    dropped = 0
+    text = Path(access_path).read_text(errors="replace").splitlines()
+    kept = []
+    for raw in text:
+        try:
+            first = raw.lstrip()[:1]
+            line = (
+                parse_json_line(raw)
+                if first == "{"
+                else parse_envoy_line(raw)
+                if first == "["
+                else parse_upstreaminfo_line(raw)
+            )
+            ok = line.request_id in ids
+        except (ValueError, KeyError):
+            ok = False
+        kept.append(raw) if ok else None
+        dropped += not ok
+    Path(access_path).write_text("".join(line + "\n" for line in kept))
+    if error_path and Path(error_path).exists():
+        joined = {(e.t, e.message) for e in errors}
+        lines = Path(error_path).read_text(errors="replace").splitlines()
+        keep = []
+        for raw in lines:
+            e = parse_error_line(raw)
+            if e is not None and (e.t, e.message) in joined:
+                keep.append(raw)
+        dropped += len(lines) - len(keep)
+        Path(error_path).write_text("".join(line + "\n" for line in keep))
+    return dropped
+
+
 def read_error_log(path: Path | None) -> list[ErrorLine]:
     if not path or not Path(path).exists():
         return []

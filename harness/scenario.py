@@ -19,7 +19,7 @@ from harness import checks as C
 from harness import verdict as V
 from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
-from harness.gateway import attach_errors, read_access_log, read_error_log
+from harness.gateway import attach_errors, keep_only_run_lines, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
 from harness.streams import Thresholds, write_jsonl
@@ -415,6 +415,9 @@ class Scenario:
         ids = {r.request_id for r in records}
         access = [a for a in access if a.request_id in ids]
         errors = attach_errors(access, read_error_log(error_path))
+        if access_path and Path(access_path).exists() and self.run_dir in Path(access_path).parents:
+            # logs followed into the run folder (a shared ingress): this run's lines only
+            keep_only_run_lines(access_path, error_path, ids, errors)
         correlate(records, access, events)
         write_jsonl(records, self.run_dir / "records.jsonl")  # now with pod, version, gateway
         _, unavailable = self.cfg.strategy.resolve(self.cfg.replicas)

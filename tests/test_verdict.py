@@ -516,3 +516,26 @@ def test_envoy_json_lines_are_read_beside_the_other_formats(tmp_path):
     assert [a.request_id for a in access] == ["req-9", "req-1", "req-2"]
     assert access[0].flags == ["UR"] and "upstream prematurely closed" in access[0].errors[0]
     assert unparsed.count == 1 and unparsed.first == "not a log line"
+
+
+def test_logs_copied_from_a_shared_ingress_keep_only_this_runs_lines(tmp_path):
+    from harness.gateway import keep_only_run_lines
+
+    access, error = tmp_path / "access.log", tmp_path / "error.log"
+    access.write_text(
+        UPSTREAMINFO.format(rid="ours-1")
+        + "\n"
+        + UPSTREAMINFO.format(rid="another-tenant")
+        + "\n"
+        + ENVOY.format(code=200, flags="-", ms=10, rid="ours-2")
+        + "\ngarbage\n"
+    )
+    mine = "2026/12/01 06:00:04 [error] 31#31: *7 upstream prematurely closed connection"
+    theirs = "2026/12/01 06:00:04 [error] 31#31: *8 connect() failed (111)"
+    error.write_text(mine + "\n" + theirs + "\n")
+    joined = [e for e in [parse_error_line(mine)] if e is not None]
+    dropped = keep_only_run_lines(access, error, {"ours-1", "ours-2"}, joined)
+    assert dropped == 3
+    assert "another-tenant" not in access.read_text() and "garbage" not in access.read_text()
+    assert access.read_text().count("\n") == 2
+    assert error.read_text() == mine + "\n"

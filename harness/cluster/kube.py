@@ -230,37 +230,50 @@ class KubeTarget(Target):
 
     def _stream_gateway_logs(self) -> None:
         """Follow the ingress controller pods' logs into gateway/access.log and error.log
-        (ingress-nginx writes both to its container output)."""
+        (ingress-nginx writes both to its container output) until close(). A selector that
+        finds no pod, or a missing permission, stops the run here in one line."""
+        ns, selector = self.k.gateway_pods_namespace, self.k.gateway_pods_selector
         folder = self.run_dir / "gateway"
         folder.mkdir(parents=True, exist_ok=True)
         self._gw_files = (folder / "access.log", folder / "error.log")
+        if self._allowed("get", "pods", sub="log", namespace=ns) is False:
+            raise TargetError(
+                f"RBAC: not allowed to get pods/log in namespace {ns} (the gateway's logs); "
+                "grant the Role rollcheck-gateway-logs in deploy/rbac.yaml, or unset "
+                "kube.gateway_pods_selector"
+            )
         try:
-            pods = self.core.list_namespaced_pod(
-                self.k.gateway_pods_namespace, label_selector=self.k.gateway_pods_selector
-            ).items
+            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
         except ApiException as exc:
-            what = f"gateway pods in {self.k.gateway_pods_namespace}"
-            raise self._error(exc, "list", "pods", what) from None
+            raise self._error(exc, "list", "pods", f"gateway pods in {ns}") from None
+        pods = [p for p in pods if p.status.phase == "Running"]
+        if not pods:
+            raise TargetError(
+                f"kube.gateway_pods_selector {selector!r} matches no running pod in namespace "
+                f"{ns} (kube.gateway_pods_namespace); check both, e.g. "
+                "app.kubernetes.io/name=ingress-nginx in ingress-nginx"
+            )
+        self._gw_streams: list = []
         for pod in pods:
+            try:
+                resp = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, ns, follow=True, since_seconds=1, _preload_content=False
+                )
+            except ApiException as exc:
+                raise self._error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
+            self._gw_streams.append(resp)
             threading.Thread(
                 target=self._follow_log,
-                args=(pod.metadata.name,),
+                args=(resp,),
                 daemon=True,
                 name=f"gateway-log-{pod.metadata.name}",
             ).start()
 
-    def _follow_log(self, pod: str) -> None:
+    def _follow_log(self, resp) -> None:
         from harness.gateway import ERROR_LINE
 
         access, error = (open(p, "a") for p in self._gw_files)
         try:
-            resp = self.core.read_namespaced_pod_log(
-                pod,
-                self.k.gateway_pods_namespace,
-                follow=True,
-                since_seconds=1,
-                _preload_content=False,
-            )
             buf = b""
             for chunk in resp.stream(4096):
                 buf += chunk
@@ -271,10 +284,19 @@ class KubeTarget(Target):
                 access.flush()
                 error.flush()
         except Exception:
-            pass  # the pod went away; its lines so far are kept
+            pass  # closed by close(), or the pod went away: its lines so far are kept
         finally:
             access.close()
             error.close()
+
+    def _stop_gateway_logs(self) -> None:
+        for resp in getattr(self, "_gw_streams", []):
+            try:
+                resp.release_conn()
+                resp.close()
+            except Exception:
+                pass
+        self._gw_streams = []
 
     def _preflight(self):
         try:
@@ -309,12 +331,14 @@ class KubeTarget(Target):
             )
         return dep
 
-    def _allowed(self, verb: str, resource: str, group: str = "", sub: str = "", ns=True):
+    def _allowed(
+        self, verb: str, resource: str, group: str = "", sub: str = "", ns=True, namespace=None
+    ):
         """A SelfSubjectAccessReview; None when the cluster does not answer them."""
         review = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=client.V1ResourceAttributes(
-                    namespace=self.ns if ns else None,
+                    namespace=(namespace or self.ns) if ns else None,
                     verb=verb,
                     resource=resource,
                     group=group,
@@ -449,6 +473,7 @@ class KubeTarget(Target):
             if self._original is not None and self._marked:
                 self.restore()
         finally:
+            self._stop_gateway_logs()
             self._stop_watches()
             self._events.close()
 

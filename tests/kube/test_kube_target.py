@@ -510,3 +510,21 @@ def test_an_engine_upgrade_sets_the_image_tag_of_next_version_and_the_restore_pu
     assert "pod template" in t.restored
     restored = [e for e in t.events() if e.kind == "restored"]
     assert restored and "pod template" in restored[0].detail["what"]  # on the timeline
+
+
+def test_a_gateway_selector_that_finds_no_pod_is_one_line_before_acting(
+    kube_local, namespace, deployed, tmp_path
+):
+    deployed()
+    t = target_for(
+        kube_local,
+        namespace,
+        tmp_path,
+        None,
+        "kube.gateway_pods_selector=app.kubernetes.io/name=ingress-nginx",
+        f"kube.gateway_pods_namespace={namespace}",
+    )
+    with pytest.raises(TargetError, match="matches no running pod in namespace"):
+        t.start()
+    t.close()
+    assert RESTORE not in (deployment(kube_local, namespace).metadata.annotations or {})
