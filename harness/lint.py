@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from harness import rollout_math
+
 SEVERITIES = ("info", "warning", "error")
 DEFAULT_ENGINE_IMAGES = [r"vllm", r"sglang", r"text-generation-inference", r"rollcheck[/-]sim"]
 DEFAULT_ENGINE_COMMANDS = [
@@ -342,15 +344,10 @@ def probe_window_s(probe: dict | None) -> float | None:
 def _strategy(m: Manifest) -> tuple[int, int]:
     replicas = int((m.obj.get("spec") or {}).get("replicas", 1))
     ru = ((m.obj.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-
-    def resolve(v, default, up):
-        n, percent = int_or_percent(default if v is None else v, m.ref)
-        if percent:
-            x = n * replicas / 100
-            return int(-(-x // 1)) if up else int(x)
-        return int(n)
-
-    return resolve(ru.get("maxSurge"), "25%", True), resolve(ru.get("maxUnavailable"), "25%", False)
+    surge, unavailable = ru.get("maxSurge", "25%"), ru.get("maxUnavailable", "25%")
+    int_or_percent(surge, m.ref)  # the strict message for a bad value
+    int_or_percent(unavailable, m.ref)
+    return rollout_math.resolve(surge, unavailable, replicas)
 
 
 def shell_wrapper(c: dict, opts: LintOptions) -> tuple[str, str] | None:

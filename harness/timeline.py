@@ -142,10 +142,6 @@ def breaking_event(
     return (signals or inside or [None])[0]
 
 
-def capacity_series(events: Sequence[Event]) -> list[tuple[float, dict]]:
-    return [(ev.t, ev.detail) for ev in events if ev.kind == "capacity"]
-
-
 def version_share(records: Sequence[StreamRecord], bucket_s: float = 1.0) -> list[dict]:
     """Requests started per time bucket and version: how traffic moved between versions."""
     if not records:

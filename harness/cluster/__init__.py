@@ -164,9 +164,6 @@ class Target(abc.ABC):
     def ready_pods(self) -> list:
         return [p for p in self.pods() if p.ready and not p.terminating]
 
-    def wait_ready(self, n: int, timeout_s: float = 60.0) -> None:
-        self.wait_for(lambda: len(self.ready_pods()) >= n, timeout_s, f"{n} ready pods")
-
     def wait_settled(self, replicas: int, timeout_s: float = 60.0) -> None:
         """Exactly `replicas` pods, all ready, none terminating, the rollout done."""
 

@@ -7,10 +7,10 @@ of its options), so a config line and a `rollcheck sim` flag mean the same.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import rollout_math
 from harness.config import ConfigError, apply_sets, build, load_yaml
 from harness.sim.settings import SimSettings
 from loadgen.settings import LoadSettings
@@ -94,28 +94,10 @@ class Strategy:
 
     def resolve(self, replicas: int) -> tuple[int, int]:
         """maxSurge rounds up, maxUnavailable down, as the Deployment controller does."""
-        surge = _count(self.max_surge, replicas, math.ceil, "max_surge")
-        unavailable = _count(self.max_unavailable, replicas, math.floor, "max_unavailable")
-        if surge == 0 and unavailable == 0:
-            unavailable = 1  # Kubernetes: both zero is invalid; it treats unavailable as 1
-        return surge, unavailable
+        return rollout_math.resolve(self.max_surge, self.max_unavailable, replicas)
 
     def validate(self) -> None:
         self.resolve(4)
-
-
-def _count(value: str, replicas: int, rounding, name: str) -> int:
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            n = rounding(float(text[:-1]) * replicas / 100)
-        else:
-            n = int(text)
-    except ValueError:
-        raise ValueError(f"{name}: expected a count or a percentage, got {value!r}") from None
-    if n < 0:
-        raise ValueError(f"{name} cannot be negative")
-    return n
 
 
 @dataclass
