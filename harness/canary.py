@@ -327,11 +327,11 @@ def compare(
     agreement = sum(r.agree for r in judged) / len(judged)
     if mode == "same":
         observed = f"{sum(r.agree for r in judged)} of {len(judged)} answers identical"
-        expected = f"at least {min_agreement:.0%} identical token for token"
+        expected = f"at least {min_agreement:.0%} identical to the baseline's"
         if agreement < min_agreement:
             firsts = sorted(r.divergence for r in judged if r.divergence is not None)
             reasons.append(
-                f"{agreement:.0%} of answers agree token for token, below {min_agreement:.0%}"
+                f"{agreement:.0%} of answers are identical to the baseline's, below {min_agreement:.0%}"
                 + (f"; first divergence at token {firsts[0]}" if firsts else "")
             )
     else:

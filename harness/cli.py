@@ -254,7 +254,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         "--mode",
         choices=("same", "new"),
         default="same",
-        help="same: same weights, new engine (token for token); new: new weights "
+        help="same: same weights, new engine (identical answers); new: new weights "
         "(judged against the baseline's distribution)",
     )
     p.add_argument(

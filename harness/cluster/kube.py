@@ -953,7 +953,18 @@ def restore_pending(cfg: RunConfig) -> list[str]:
     """`rollcheck kube-restore`: put back what an interrupted run recorded on the Deployment."""
     api = connect(cfg.kube.kubeconfig, cfg.kube.context)
     apps = client.AppsV1Api(api)
-    dep = apps.read_namespaced_deployment(cfg.kube.deployment, cfg.kube.namespace)
+    where = f"{cfg.kube.namespace}/{cfg.kube.deployment}"
+    try:
+        dep = apps.read_namespaced_deployment(cfg.kube.deployment, cfg.kube.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise TargetError(
+                f"deployment {where} does not exist: nothing to restore (a deleted Deployment "
+                "takes its restore record with it); check kube.namespace and kube.deployment"
+            ) from None
+        raise TargetError(
+            f"reading deployment {where}: HTTP {exc.status} {_message(exc)}"
+        ) from None
     note = (dep.metadata.annotations or {}).get(RESTORE)
     if not note:
         return []
@@ -964,4 +975,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
     t._original = {k: orig[k] for k in ("replicas", "template", "strategy", "run")}
     t._cordoned = list(orig.get("cordoned", []))
     t._keda_paused = [so for so in t._scaled_objects()]
-    return t.restore()
+    try:
+        return t.restore()
+    except ApiException as exc:  # the Deployment went away in between, or a node did
+        raise TargetError(f"restoring {where}: HTTP {exc.status} {_message(exc)}") from None

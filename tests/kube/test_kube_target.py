@@ -130,6 +130,15 @@ def test_a_pending_restore_blocks_the_next_run_until_restored(
     t3 = target_for(kube_local, namespace, tmp_path)
     t3.start()  # no longer refused
     t3.close()
+    # the Deployment gone: one line, not a traceback
+    gone = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
+         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}",
+         "--set", "kube.deployment=deleted-meanwhile"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert gone.returncode == 2 and "does not exist: nothing to restore" in gone.stderr
+    assert len(gone.stderr.strip().splitlines()) == 1 and "Traceback" not in gone.stderr
 
 
 def test_dry_run_takes_no_action(kube_local, namespace, deployed, tmp_path, capsys):
