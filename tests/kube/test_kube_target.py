@@ -328,6 +328,9 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
         "replicas=2",
         f"kube.gateway_url={ingress.url}",
         "scenario.recovery_s=60",
+        # two replicas at capacity: one TTFT breach among the ~16 requests of the drain is
+        # over a 5 % budget; TTFT at capacity is the e2e tests' subject, not this one's
+        "slo.ttft_budget.during=0.25",
     ]
     if args == ABORT_MODE:
         sets.append("load.max_tokens=[{tokens: 200}]")  # ~4 s answers: in flight at SIGTERM
