@@ -200,8 +200,9 @@ class Scenario:
 
     def ask(self, pod, prompts: list) -> list:
         """Golden prompts to one pod directly (not through the gateway), so each answer is
-        known to come from that pod's version. Two at a time: the pod is also serving the
-        load, whose TTFT the prompts must not push over its SLO."""
+        known to come from that pod's version. One at a time: the pod is also serving the
+        load, whose TTFT the prompts must not push over its SLO (two at a time did, on
+        kube-local's two replicas of four slots each)."""
         from harness.canary import ask
 
         url, settings = self.target.pod_endpoint(pod.name)
@@ -210,7 +211,7 @@ class Scenario:
             prompts,
             self.cfg.load.model,
             stall_timeout_s=self.cfg.slo.stall_timeout_s,
-            concurrency=2,
+            concurrency=1,
             client_settings=settings,
         )
 

@@ -43,6 +43,13 @@ def target_for(kube_local, namespace, tmp_path, ingress=None, *sets) -> KubeTarg
     return KubeTarget(load_config(None, base + list(sets)), tmp_path / "run")
 
 
+# A control plane, an ingress, engines and Locust share 2 cores here: one request in a
+# few dozen waits over 1.5 s for its first token with nothing disturbed (CI measured
+# 1 of 9 and 1 of 30 before the act). These tests judge the kube target's mechanics;
+# TTFT budgets are judged by the e2e tests on the local target.
+KUBE_LOCAL_TTFT = "slo.ttft_s=5"
+
+
 def deployment(kube_local, namespace):
     return client.AppsV1Api(kube_local.api).read_namespaced_deployment("rollcheck-sim", namespace)
 
@@ -287,6 +294,7 @@ def test_scenarios_end_to_end_through_the_kube_target(
         f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
         "engine.itl_s=0.02",
         "scenario.recovery_s=60",
+        KUBE_LOCAL_TTFT,
         options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -328,9 +336,7 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
         "replicas=2",
         f"kube.gateway_url={ingress.url}",
         "scenario.recovery_s=60",
-        # two replicas at capacity: one TTFT breach among the ~16 requests of the drain is
-        # over a 5 % budget; TTFT at capacity is the e2e tests' subject, not this one's
-        "slo.ttft_budget.during=0.25",
+        KUBE_LOCAL_TTFT,
     ]
     if args == ABORT_MODE:
         sets.append("load.max_tokens=[{tokens: 200}]")  # ~4 s answers: in flight at SIGTERM
@@ -423,7 +429,7 @@ GPU_PROFILE_SCALED_DOWN = [
     "load.users=4",
     "load.max_tokens=[{tokens: 30, weight: 0.6}, {tokens: 200, weight: 0.4}]",
     "load.stop_timeout_s=10",
-    "slo.ttft_s=1.5",
+    KUBE_LOCAL_TTFT,
     "slo.stall_timeout_s=5",
     "scenario.warmup_s=1",
     "scenario.in_flight=2",
