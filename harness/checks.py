@@ -911,9 +911,9 @@ def starts_without_restarts(
         pods = sorted(restarts)
         if not pods:
             return inconclusive(name, "0 restarts", f"no pod of version {version} was started")
-        started = {}
+        started = {}  # the container's start (local target) or the pod's creation (kube)
         for e in d.events:
-            if e.pod in restarts and e.kind == "container_started":
+            if e.pod in restarts and e.kind in ("container_started", "pod_created"):
                 started.setdefault(e.pod, e.t)
         took = [
             e.t - started[e.pod]
@@ -925,10 +925,20 @@ def starts_without_restarts(
         bad = {p: n for p, n in restarts.items() if n}
         live, start = probes.get("liveness"), probes.get("startup")
         live_w, start_w = startup_window(live), startup_window(start)
+        if not bad and observed_start is None:  # no restart, but never ready either
+            return failed(
+                name,
+                f"no pod of version {version} became ready",
+                "0 restarts, ready",
+                population,
+                hint="the new version did not start within scenario.recovery_s: a start-up "
+                "longer than that, or a pod Pending (no free GPU); raise recovery_s or read "
+                "the pod's events",
+            )
         if not bad:
-            seen = f"; start-up {observed_start:g} s" if observed_start is not None else ""
             within = f" within the startupProbe's {start_w:g} s" if start_w else ""
-            return passed(name, f"0 restarts{seen}{within}", "0 restarts", population)
+            observed = f"0 restarts; start-up {observed_start:g} s{within}"
+            return passed(name, observed, "0 restarts", population)
         killers = Counter(
             e.detail.get("probe") for e in d.events if e.kind == "probe_failed" and e.pod in bad
         )

@@ -539,3 +539,21 @@ def test_logs_copied_from_a_shared_ingress_keep_only_this_runs_lines(tmp_path):
     assert "another-tenant" not in access.read_text() and "garbage" not in access.read_text()
     assert access.read_text().count("\n") == 2
     assert error.read_text() == mine + "\n"
+
+
+def test_a_version_that_never_became_ready_does_not_pass_the_startup_check():
+    """No restart is not evidence of a good start-up: the version must also be ready."""
+    start = [ev(T, "pod_created", "v2-a"), ev(T + 0.1, "container_started", "v2-a")]
+    probes = {"startup": None, "liveness": {"period_s": 1.0, "failure_threshold": 3}}
+    check = C.starts_without_restarts("v2", {"v2-a": 0}, probes, 4.0)
+    r = check(data([rec("r1")], start))
+    assert r.status == "fail" and "became ready" in r.observed
+    ready = start + [ev(T + 4.5, "ready", "v2-a")]
+    r = check(data([rec("r1")], ready))
+    assert r.status == "pass" and "start-up 4.5 s" in r.observed
+    restarted = C.starts_without_restarts("v2", {"v2-a": 2}, probes, 4.0)
+    r = restarted(data([rec("r1")], start + [ev(T + 3, "probe_failed", "v2-a", probe="liveness")]))
+    assert r.status == "fail" and "start-up 4 s > liveness 3 x 1 s = 3 s" in r.hint
+    assert C.starts_without_restarts("v2", {}, probes, 4.0)(data([rec("r1")])).status == (
+        "inconclusive"
+    )
