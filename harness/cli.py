@@ -34,6 +34,21 @@ def _sim(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _add_api_key(p: argparse.ArgumentParser, more: str = "") -> None:
+    p.add_argument(
+        "--api-key",
+        metavar="ENV_VAR",
+        default=None,
+        help="name of the environment variable holding the API key, sent on every request "
+        f"(never written to disk){more}",
+    )
+
+
+def _check_api_key(ns: argparse.Namespace) -> None:
+    if ns.api_key and ns.api_key not in os.environ:
+        raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
+
+
 def _probe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="stream a few judged requests to any OpenAI-compatible URL")
     p.add_argument("url", help="base URL, e.g. http://127.0.0.1:8000")
@@ -47,12 +62,7 @@ def _probe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without data")
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds")
     p.add_argument("--itl-slo", type=float, default=None, help="inter-token SLO in seconds")
-    p.add_argument(
-        "--api-key",
-        metavar="ENV_VAR",
-        default=None,
-        help="name of the environment variable holding the API key (never written to disk)",
-    )
+    _add_api_key(p)
 
     def run(ns: argparse.Namespace) -> int:
         from harness.probe import format_table, run_probe
@@ -62,8 +72,7 @@ def _probe(sub: argparse._SubParsersAction) -> None:
             raise UsageError("--requests and --concurrency must be at least 1")
         if not ns.url.startswith(("http://", "https://")):
             raise UsageError(f"{ns.url!r} is not an http(s) URL")
-        if ns.api_key and ns.api_key not in os.environ:
-            raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
+        _check_api_key(ns)
         if ns.stall_timeout <= 0:
             raise UsageError("--stall-timeout must be positive")
         out = ns.out or Path("reports") / time.strftime("probe-%Y%m%d-%H%M%S")
@@ -112,13 +121,7 @@ def _load(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=None, help="run folder (default reports/load-<time>)"
     )
-    p.add_argument(
-        "--api-key",
-        metavar="ENV_VAR",
-        default=None,
-        help="name of the environment variable holding the API key, sent on every request "
-        "(never written to disk); the same as load.api_key_env",
-    )
+    _add_api_key(p, "; the same as load.api_key_env")
 
     def run(ns: argparse.Namespace) -> int:
         from harness.config import apply_sets, build, load_yaml
@@ -273,12 +276,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--stall-timeout", type=float, default=60.0, help="seconds without data")
     p.add_argument("--out", type=Path, default=None, help="write canary.json into this folder")
-    p.add_argument(
-        "--api-key",
-        metavar="ENV_VAR",
-        default=None,
-        help="name of the environment variable holding the API key (never written to disk)",
-    )
+    _add_api_key(p)
 
     def run(ns: argparse.Namespace) -> int:
         import json as _json
@@ -294,8 +292,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
             raise UsageError("--stall-timeout must be positive")
         if ns.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
-        if ns.api_key and ns.api_key not in os.environ:
-            raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
+        _check_api_key(ns)
         headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
         try:
             prompts = canary.load_prompts(ns.prompts)

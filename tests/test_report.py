@@ -151,6 +151,19 @@ def test_report_command(tmp_path):
     assert r.returncode == 2 and "not a folder" in r.stderr
 
 
+def browser_check(page: Path, png: Path, filter_text: str) -> dict:
+    """tests/browser_check.py in its own process: what Chromium saw, as a dict."""
+    script = Path(__file__).parent / "browser_check.py"
+    r = subprocess.run(
+        [sys.executable, str(script), str(page), CHROMIUM, str(png), filter_text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
     reason="chromium is not installed (scripts/run test installs it as root)",
@@ -161,21 +174,7 @@ def test_chromium_draws_the_report_without_console_errors(tmp_path):
     folder = make_run(tmp_path / "run", 500, 12, "fail")
     page_path = write_report(folder)
     png = folder / "timeline.png"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).parent / "browser_check.py"),
-            str(page_path),
-            CHROMIUM,
-            str(png),
-            "req-00003",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    seen = browser_check(page_path, png, "req-00003")
     assert seen["errors"] == []
     assert seen["nested"] == 0  # every point drawn at the top level: no element swallowed the rest
     assert seen["action_lines"] == 1  # the eviction, across the lanes
@@ -448,20 +447,6 @@ def test_chromium_draws_the_comparison_and_history_without_console_errors(tmp_pa
     assert rollcheck("--history", tmp_path).returncode == 0
     for page in (cand / "compare.html", tmp_path / "history.html"):
         png = tmp_path / (page.stem + ".png")
-        r = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).parent / "browser_check.py"),
-                str(page),
-                CHROMIUM,
-                str(png),
-                "-",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 0, r.stderr[-2000:]
-        seen = json.loads(r.stdout.strip().splitlines()[-1])
+        seen = browser_check(page, png, "-")
         assert seen["errors"] == [] and seen["links"] >= 2 and seen["tables"] >= 1
         assert png.stat().st_size > 5000
