@@ -39,6 +39,7 @@ class Engine:
     proc: subprocess.Popen
     start_s: float = 0.0
     seen_while_starting: set = field(default_factory=set)
+    log: object = None  # the engine's own output, quoted when an experiment cannot start
 
     @property
     def url(self) -> str:
@@ -99,7 +100,7 @@ def start_engine(
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
-    engine = Engine(kind, port, proc)
+    engine = Engine(kind, port, proc, log=log_dir / f"{kind}-{port}.log")
     deadline = t0 + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -190,22 +191,38 @@ class Reader(threading.Thread):
             time.sleep(0.05)
 
 
-def wait_waiting(engine: Engine, running: Reader, n: int = 1, timeout_s: float = 30) -> None:
-    """Until the engine's own metrics show n requests waiting behind `running` (a loaded
-    API server can take over a second to hand a request on)."""
+def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: float = 60) -> str:
+    """Until `queued` is held behind `running`: the engine's own metrics count it waiting, or,
+    on the wire, it has its headers, no byte for 2 s, while `running` keeps streaming (a
+    loaded API server can take seconds to hand a request to the scheduler). Returns which
+    evidence was seen; fails with both requests' state and the engine's last log lines."""
     deadline = time.monotonic() + timeout_s
+    seen = (len(running.raw), time.monotonic())
     while time.monotonic() < deadline:
+        problem = None
         if not running.is_alive():
-            raise AssertionError(
-                f"{engine.kind}: the running request ended ({running.end}) "
-                "before another was seen waiting"
-            )
+            problem = f"the running request ended ({running.end})"
+        elif queued.end is not None:
+            problem = f"the queued request ended ({queued.end}, {queued.raw[:200]!r})"
+        if problem:
+            raise AssertionError(f"{engine.kind}: {problem} before it was seen queued")
         text = httpx.get(engine.url + "/metrics", timeout=5).text
         line = next(ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_waiting{"))
-        if float(line.rsplit(" ", 1)[1]) >= n:
-            return
+        if float(line.rsplit(" ", 1)[1]) >= 1:
+            return "metrics"
+        now = time.monotonic()
+        if len(running.raw) > seen[0]:
+            seen = (len(running.raw), now)
+        held = queued.status == 200 and queued.raw == b"" and now - queued.headers_at >= 2
+        if held and now - seen[1] < 1:
+            return "wire"
         time.sleep(0.1)
-    raise AssertionError(f"{engine.kind}: no request waiting after {timeout_s} s")
+    tail = engine.log.read_text(errors="replace").splitlines()[-15:] if engine.log else []
+    raise AssertionError(
+        f"{engine.kind}: the second request was not seen queued within {timeout_s} s "
+        f"(its status {queued.status}, {len(queued.raw)} bytes; the running one has "
+        f"{len(running.raw)} bytes); engine log:\n" + "\n".join(tail)
+    )
 
 
 def ending(r: Reader) -> str:
@@ -283,7 +300,7 @@ def test_a_queued_request_gets_headers_then_nothing_until_admitted(one_slot):
     running = Reader(one_slot.url, body(LONG))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    wait_waiting(one_slot, running)
+    wait_queued(one_slot, running, queued)
     deadline = time.monotonic() + 5
     while queued.status is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -300,7 +317,7 @@ def test_admission_limit_answers_503(one_slot):
     running = Reader(one_slot.url, body(LONG))
     running.wait_tokens(3)
     queued = Reader(one_slot.url, body(3))
-    wait_waiting(one_slot, running)
+    wait_queued(one_slot, running, queued)
     r = httpx.post(one_slot.url + CHAT, json=body(3), timeout=30)
     if r.status_code == 503:
         assert "currently busy" in r.json()["error"]["message"]
@@ -317,7 +334,7 @@ def test_sigterm_with_the_default_shutdown_timeout(one_slot):
     running = Reader(one_slot.url, body(LONG), read_timeout_s=5)
     running.wait_tokens(5)
     queued = Reader(one_slot.url, body(5), read_timeout_s=5)
-    wait_waiting(one_slot, running)  # both inside the engine at the SIGTERM
+    wait_queued(one_slot, running, queued)  # both inside the server at the SIGTERM
     one_slot.signal(signal.SIGTERM)
     time.sleep(0.5)
     assert refuses_connections(one_slot.port)  # new connections and /health are refused
