@@ -195,7 +195,7 @@ def _up(sub: argparse._SubParsersAction) -> None:
         from harness.cluster import TargetError
         from harness.cluster.config import load_config
         from harness.cluster.local import LocalTarget
-        from harness.cluster.local.gateway import GatewayError
+        from harness.cluster.local.nginx import GatewayError
 
         cfg = load_config(ns.config, ns.set)
         run_dir = ns.run_dir or Path("reports") / time.strftime("up-%Y%m%d-%H%M%S")

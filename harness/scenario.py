@@ -19,7 +19,7 @@ from harness import checks as C
 from harness import verdict as V
 from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
-from harness.gateway import attach_errors, keep_only_run_lines, read_access_log, read_error_log
+from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
 from harness.streams import Thresholds, write_jsonl

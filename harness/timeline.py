@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.cluster.events import Event
-from harness.gateway import GatewayLine, join_records
+from harness.gateway_logs import GatewayLine, join_records
 from harness.streams import StreamRecord
 
 # What a scenario does to the target; the first one is "the disruption".

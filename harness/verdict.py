@@ -110,8 +110,8 @@ class Phases:
 class RunData:
     records: list[StreamRecord]
     events: list  # harness.cluster.events.Event
-    access: list  # harness.gateway.GatewayLine, this run's request ids only
-    errors: list  # harness.gateway.ErrorLine joined to this run's lines
+    access: list  # harness.gateway_logs.GatewayLine, this run's request ids only
+    errors: list  # harness.gateway_logs.ErrorLine joined to this run's lines
     sent: int
     replicas: int
     max_unavailable: int

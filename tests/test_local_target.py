@@ -15,8 +15,8 @@ import pytest
 from harness.cluster import TargetError
 from harness.cluster.config import load_config
 from harness.cluster.local import EvictionRefused, LocalTarget
-from harness.cluster.local.gateway import Nginx
-from harness.gateway import read_access_log
+from harness.cluster.local.nginx import Nginx
+from harness.gateway_logs import read_access_log
 from harness.proc import free_port
 
 FAST = [
@@ -274,27 +274,30 @@ def test_a_killed_harness_leaves_nothing_after_the_next_start(tmp_path):
         "from harness.cluster.local import LocalTarget\n"
         f"t = LocalTarget(load_config(None, {FAST + ['replicas=1']!r}), sys.argv[1])\n"
         "t.start(); t.wait_settled(1, 30)\n"
-        "print(t.gateway.proc.pid, flush=True)\n"
+        "sims = [p.proc.pid for p in t.controller.pods.values()]\n"
+        "print(t.gateway.proc.pid, *sims, flush=True)\n"
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(tmp_path / "dead")], stdout=subprocess.PIPE, text=True
     )
-    nginx_group = int(proc.stdout.readline())
+    nginx_group, *sims = map(int, proc.stdout.readline().split())
+    assert sims and all(b"harness.cli sim" in _cmdline(str(p)) for p in sims)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _group_alive(nginx_group):
+
+    def sims_alive():
+        return [p for p in sims if b"harness.cli sim" in _cmdline(str(p))]
+
+    while time.monotonic() < deadline and (_group_alive(nginx_group) or sims_alive()):
         from harness.proc import reap_leftovers
 
         reap_leftovers()  # what the next LocalTarget.start() does first
         time.sleep(0.2)
     assert not _group_alive(nginx_group)
-    assert not any(
-        b"harness.cli sim" in _cmdline(p) and str(tmp_path).encode() in _cmdline(p)
-        for p in os.listdir("/proc")
-        if p.isdigit()
-    )
+    # the pods' simulators died with the harness (each in its own group, by their pids)
+    assert not sims_alive()
 
 
 def _group_alive(pgid: int) -> bool:
@@ -311,8 +314,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _cmdline(pid: str) -> bytes:
+    """A process's arguments joined by spaces (/proc separates them with NULs)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
+            return f.read().replace(b"\0", b" ")
     except OSError:
         return b""

@@ -11,7 +11,7 @@ import pytest
 from harness import checks as C
 from harness import verdict as V
 from harness.cluster.events import Event
-from harness.gateway import (
+from harness.gateway_logs import (
     ErrorLine,
     GatewayLine,
     attach_errors,
@@ -470,7 +470,7 @@ ENVOY = (
 
 
 def test_envoy_default_format_and_its_response_flags():
-    from harness.gateway import gateway_summary, parse_envoy_line
+    from harness.gateway_logs import gateway_summary, parse_envoy_line
 
     ok = parse_envoy_line(ENVOY.format(code=200, flags="-", ms=4012, rid="req-1"))
     assert (ok.request_id, ok.status, ok.upstream_addr, ok.flags) == (
@@ -491,7 +491,7 @@ def test_envoy_default_format_and_its_response_flags():
 
 
 def test_envoy_json_lines_are_read_beside_the_other_formats(tmp_path):
-    from harness.gateway import read_access_log
+    from harness.gateway_logs import read_access_log
 
     line = {
         "start_time": "2026-12-01T06:00:01.000Z",
@@ -519,7 +519,7 @@ def test_envoy_json_lines_are_read_beside_the_other_formats(tmp_path):
 
 
 def test_logs_copied_from_a_shared_ingress_keep_only_this_runs_lines(tmp_path):
-    from harness.gateway import keep_only_run_lines
+    from harness.gateway_logs import keep_only_run_lines
 
     access, error = tmp_path / "access.log", tmp_path / "error.log"
     access.write_text(

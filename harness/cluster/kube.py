@@ -270,7 +270,7 @@ class KubeTarget(Target):
             ).start()
 
     def _follow_log(self, resp) -> None:
-        from harness.gateway import ERROR_LINE
+        from harness.gateway_logs import ERROR_LINE
 
         access, error = (open(p, "a") for p in self._gw_files)
         try:

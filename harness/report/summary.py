@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.checks import goodput, health_during_drain
-from harness.gateway import gateway_summary
+from harness.gateway_logs import gateway_summary
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.timeline import version_share
 from harness.verdict import attribution, verdict

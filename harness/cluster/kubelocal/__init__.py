@@ -13,7 +13,7 @@ from harness.cluster.events import EventLog
 from harness.cluster.kubelocal.agent import NodeAgent, _close_watch
 from harness.cluster.kubelocal.controlplane import ControlPlane, ControlPlaneError
 from harness.cluster.kubelocal.podnet import ConnectProxy, PodNetwork
-from harness.cluster.local.gateway import Nginx
+from harness.cluster.local.nginx import Nginx
 from harness.proc import free_port
 
 __all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal"]

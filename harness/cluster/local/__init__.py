@@ -13,7 +13,7 @@ from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.events import Event, EventLog
 from harness.cluster.local.controller import Controller, Template, scrape
-from harness.cluster.local.gateway import Nginx
+from harness.cluster.local.nginx import Nginx
 from harness.config import ConfigError, build
 from harness.proc import PidFile, free_port, reap_leftovers
 

@@ -1,6 +1,6 @@
 """Gateway logs: parse access and error lines, join them to stream records.
 
-Access formats: rollcheck's nginx JSON format (harness/cluster/local/gateway.py),
+Access formats: rollcheck's nginx JSON format (harness/cluster/local/nginx.py),
 ingress-nginx's default `upstreaminfo`, and Envoy's (Gateway API implementations,
 the llm-d inference gateway): its default text format and JSON. Envoy has no error
 log; its response flags say what nginx's error log says (UC: upstream connection
