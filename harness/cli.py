@@ -478,7 +478,7 @@ def _plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--gpu-bound",
         action="store_true",
-        help="a terminating pod keeps its GPU (a full GPU pool): facts.md's model",
+        help="a terminating pod keeps its GPU (a full GPU pool): docs/facts.md's model",
     )
     p.add_argument("--step-s", type=float, default=5.0)
     p.add_argument(

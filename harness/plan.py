@@ -1,4 +1,4 @@
-"""The rollout planner: facts.md's stepwise rollout model, and the HPA's scale-up arithmetic.
+"""The rollout planner: docs/facts.md's stepwise rollout model, and the HPA's scale-up arithmetic.
 
 At each step: start one new pod if total < replicas + maxSurge (and fewer than
 `replicas` new pods exist); otherwise start draining one old pod if

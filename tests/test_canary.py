@@ -39,12 +39,14 @@ def answers(make) -> list[Answer]:
 BASE = answers(good_answer)
 
 
+@pytest.mark.unit
 def test_identical_answers_pass_in_both_modes():
     for mode in ("same", "new"):
         r = compare(PROMPTS, BASE, answers(good_answer), mode)
         assert r.status == "pass" and r.agreement == 1.0 and r.reasons == []
 
 
+@pytest.mark.unit
 def test_one_token_different_is_a_divergence_at_that_token():
     def one_off(i):
         a = good_answer(i)
@@ -62,6 +64,7 @@ def test_one_token_different_is_a_divergence_at_that_token():
     assert compare(PROMPTS, BASE, answers(one_off), "new").status == "pass"
 
 
+@pytest.mark.unit
 def test_empty_answers_fail_new_weights():
     r = compare(PROMPTS, BASE, answers(lambda i: []), "new")
     assert r.status == "fail"
@@ -69,12 +72,14 @@ def test_empty_answers_fail_new_weights():
     assert any("missing in 1 answers (p0)" in x for x in r.reasons)  # the lost "stream"
 
 
+@pytest.mark.unit
 def test_repeated_text_fails_new_weights():
     r = compare(PROMPTS, BASE, answers(lambda i: ["stream"] + [" the engine"] * 40), "new")
     assert r.status == "fail" and any(x.startswith("repetition") for x in r.reasons), r.reasons
     assert all("repetition +" in p.differed for p in r.worst())
 
 
+@pytest.mark.unit
 def test_shuffled_text_diverges_but_keeps_the_distribution():
     def shuffled(i):
         a = good_answer(i)
@@ -85,6 +90,7 @@ def test_shuffled_text_diverges_but_keeps_the_distribution():
     assert compare(PROMPTS, BASE, answers(shuffled), "new").status == "pass"
 
 
+@pytest.mark.unit
 def test_garbage_characters_and_shorter_answers_fail_new_weights():
     r = compare(PROMPTS, BASE, answers(lambda i: ["stream"] + ["\ufffd\x07"] * 30), "new")
     assert any("replacement characters" in x for x in r.reasons), r.reasons
@@ -92,6 +98,7 @@ def test_garbage_characters_and_shorter_answers_fail_new_weights():
     assert any(x.startswith("median length 0.19x") for x in r.reasons), r.reasons
 
 
+@pytest.mark.unit
 def test_a_candidate_that_does_not_answer_fails_and_a_silent_baseline_is_inconclusive():
     down = [Answer(p.id, "connect_error", error="refused") for p in PROMPTS]
     r = compare(PROMPTS, BASE, down, "new")
@@ -100,6 +107,7 @@ def test_a_candidate_that_does_not_answer_fails_and_a_silent_baseline_is_inconcl
     assert compare(PROMPTS, down, BASE, "same").status == "inconclusive"
 
 
+@pytest.mark.unit
 def test_measures():
     assert first_divergence("ab", "ab") is None
     assert first_divergence("ab", "ac") == 1
@@ -114,6 +122,7 @@ def test_measures():
     assert bad_chars("ok\ufffd") == pytest.approx(1 / 3) and bad_chars("ok\n") == 0
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "line, message",
     [
@@ -134,6 +143,7 @@ def test_a_bad_prompt_file_stops_with_one_line(tmp_path, line, message):
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.unit
 def test_prompt_file_with_ids_comments_and_defaults(tmp_path):
     f = tmp_path / "golden.jsonl"
     f.write_text(
@@ -152,6 +162,7 @@ def run_canary(*args) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.process
 def test_the_gate_command_against_real_simulators(sim_factory, tmp_path):
     base = sim_factory(itl_s=0.002)
     upgrade = sim_factory(itl_s=0.002, model_version="v2", weights="v1")  # same weights
@@ -176,6 +187,7 @@ def test_the_gate_command_against_real_simulators(sim_factory, tmp_path):
     assert r.returncode == 1 and "connect_error" in r.stdout and "Traceback" not in r.stderr
 
 
+@pytest.mark.unit
 def test_the_argo_rollouts_example_runs_a_valid_command_on_valid_prompts(tmp_path):
     """deploy/canary: the analysis Job's arguments parse, and its golden prompts load."""
     import yaml

@@ -18,6 +18,8 @@ from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Thresholds
 from tests.streamcases import CASES, Case
 
+pytestmark = pytest.mark.unit
+
 BY_NAME = {c.name: c for c in CASES}
 STALL_S = 0.6
 

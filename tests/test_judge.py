@@ -8,6 +8,8 @@ from harness.streams import End, Outcome, StreamRecord, Thresholds, judge_bytes
 from harness.streams.sse import SSEParser
 from tests.streamcases import CASES, DONE, ROLE, STOP, Case, chunk, data
 
+pytestmark = pytest.mark.unit
+
 ENDS = {"eof": End.EOF, "reset": End.RESET, "stall": End.STALL}
 
 

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 CONTRACTS = [
     # the independent judge: the simulator loads nothing of the stream judge
     ("harness.sim.app", ["harness.streams", "harness.checks", "harness.verdict"]),

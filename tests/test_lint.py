@@ -30,6 +30,7 @@ def container(objs):
     return objs[0]["spec"]["template"]["spec"]["containers"][0]
 
 
+@pytest.mark.unit
 def test_the_example_and_llm_d_settings_lint_clean():
     assert rules_of(docs()) == set()
 
@@ -72,11 +73,13 @@ CASES = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_trips(rule):
     assert rule in rules_of(mutate(CASES[rule]))
 
 
+@pytest.mark.unit
 def test_rc005_default_vllm_is_flagged_and_rc004_counts_default_grace():
     objs = mutate(
         lambda o: (
@@ -87,6 +90,7 @@ def test_rc005_default_vllm_is_flagged_and_rc004_counts_default_grace():
     assert {"RC005"} <= rules_of(objs)
 
 
+@pytest.mark.unit
 def test_pdb_min_available_100_percent_blocks_drains():
     def full_pdb(objs):
         del objs[2]["spec"]["maxUnavailable"]
@@ -95,6 +99,7 @@ def test_pdb_min_available_100_percent_blocks_drains():
     assert "RC007" in rules_of(mutate(full_pdb))
 
 
+@pytest.mark.unit
 def test_hpa_on_gpu_and_no_cooldown():
     hpa = {
         "apiVersion": "autoscaling/v2",
@@ -113,11 +118,13 @@ def test_hpa_on_gpu_and_no_cooldown():
     assert rules_of(docs() + [hpa]) == set()
 
 
+@pytest.mark.unit
 def test_gpu_quota_for_surge():
     assert "RC011" in rules_of(docs(), gpu_quota=2)  # 2 replicas + 1 surge need 3 GPUs
     assert "RC011" not in rules_of(docs(), gpu_quota=3)
 
 
+@pytest.mark.unit
 def test_non_inference_deployments_are_ignored():
     objs = mutate(lambda o: container(o).update(image="nginx:1.27", args=[]))
     assert rules_of(objs) == set()
@@ -142,6 +149,7 @@ def test_non_inference_deployments_are_ignored():
         ),
     ],
 )
+@pytest.mark.unit
 def test_bad_input_names_file_and_document(text, message):
     with pytest.raises(LintInputError, match=message):
         lint(parse_documents(text, "bad.yaml"))
@@ -157,6 +165,7 @@ def run_cli(*args, stdin=None):
     )
 
 
+@pytest.mark.process
 def test_cli_formats_exit_codes_and_stdin(tmp_path):
     assert run_cli(str(ROOT / "deploy/vllm")).returncode == 0
     bad = yaml.safe_dump_all(mutate(CASES["RC005"]))
@@ -176,6 +185,7 @@ def findings_of(objs: list[dict], **opts):
     return lint(parse_documents(yaml.safe_dump_all(objs), "m.yaml"), LintOptions(**opts))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "command, args, severity",
     [
@@ -193,6 +203,7 @@ def test_rc012_the_engine_must_get_sigterm(command, args, severity):
     assert got == ([severity] if severity else [])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "replicas, min_available, trips",
     [(2, "60%", True), (3, "67%", True), (3, "66%", False), (10, "90%", False), (2, "50%", False)],
@@ -208,6 +219,7 @@ def test_rc013_min_available_percentages_round_up(replicas, min_available, trips
         assert f"rounds up to {replicas}" in found[0].why
 
 
+@pytest.mark.unit
 def test_rc014_proxy_read_timeout_against_the_longest_silence():
     key = "nginx.ingress.kubernetes.io/proxy-read-timeout"
 
@@ -231,6 +243,7 @@ def test_rc014_proxy_read_timeout_against_the_longest_silence():
     assert "RC014" not in {f.rule for f in findings_of(other)}
 
 
+@pytest.mark.unit
 def test_rc015_grace_caps_and_the_longest_answer():
     assert "RC015" not in {f.rule for f in findings_of(docs())}
     (f,) = [f for f in findings_of(docs(), longest_answer_s=300) if f.rule == "RC015"]
@@ -265,6 +278,7 @@ def test_rc015_grace_caps_and_the_longest_answer():
         ),
     ],
 )
+@pytest.mark.process
 def test_new_rules_refuse_bad_values_in_one_line(tmp_path, change, message):
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump_all(mutate(change)))

@@ -16,6 +16,8 @@ from harness.load import LoadError, LoadRun
 from harness.streams import Thresholds
 from loadgen.settings import LoadSettings, Share
 
+pytestmark = pytest.mark.process
+
 
 def settings(**kw) -> LoadSettings:
     base = dict(users=4, max_tokens=[Share(10), Share(300, 0.3)], stop_timeout_s=0.5)

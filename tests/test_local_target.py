@@ -19,6 +19,8 @@ from harness.cluster.local.nginx import Nginx
 from harness.gateway_logs import read_access_log
 from harness.proc import free_port
 
+pytestmark = pytest.mark.process
+
 FAST = [
     "engine.startup_s=0",
     "pod.prestop_s=0.3",

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 
 def probe(url, *args, env=None):
     cmd = [sys.executable, "-m", "harness.cli", "probe", url, *args]

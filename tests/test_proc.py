@@ -6,7 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.proc import children, cmdline, processes
+
+pytestmark = pytest.mark.process
 
 
 def test_children_and_their_command_lines():

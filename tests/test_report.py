@@ -90,6 +90,7 @@ def make_run(folder: Path, n: int, broken: int, verdict: str) -> Path:
     return folder
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "n, broken, verdict",
     [(200, 0, "pass"), (200, 7, "fail"), (0, 0, "pass")],
@@ -106,6 +107,7 @@ def test_report_renders(tmp_path, n, broken, verdict):
         assert '<svg id="timeline"' in page and "SLO 0.3 s" in page
 
 
+@pytest.mark.unit
 def test_report_is_self_contained_and_small_at_10000_streams(tmp_path):
     folder = make_run(tmp_path / "big", 10_000, 40, "fail")
     page = write_report(folder).read_text()
@@ -114,6 +116,7 @@ def test_report_is_self_contained_and_small_at_10000_streams(tmp_path):
     assert "<link" not in page and "@import" not in page
 
 
+@pytest.mark.unit
 def test_index_links_each_run(tmp_path):
     make_run(tmp_path / "a", 20, 0, "pass")
     make_run(tmp_path / "b", 20, 3, "fail")
@@ -122,6 +125,7 @@ def test_index_links_each_run(tmp_path):
     assert ">FAIL<" in index
 
 
+@pytest.mark.unit
 def test_redaction():
     cfg = {"kube": {"api_key": "sk-secret", "namespace": "x"}, "Authorization": "Bearer t"}
     out = json.dumps(redact(cfg))
@@ -132,6 +136,7 @@ def test_redaction():
     assert out["token"] == "[redacted]"
 
 
+@pytest.mark.process
 def test_report_command(tmp_path):
     folder = make_run(tmp_path / "run", 30, 2, "fail")
     (folder / "report.html").unlink(missing_ok=True)
@@ -164,6 +169,7 @@ def browser_check(page: Path, png: Path, filter_text: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
     reason="chromium is not installed (scripts/run test installs it as root)",
@@ -186,6 +192,7 @@ def test_chromium_draws_the_report_without_console_errors(tmp_path):
     assert seen["visible"] == 2  # the header row and the one matching stream
 
 
+@pytest.mark.unit
 def test_timeline_window_is_the_scenario_not_the_pods_history():
     """On a cluster pods are hours old: the timeline spans the scenario, clips the pods'
     history (and says so), and names pods whole after their common prefix."""
@@ -281,6 +288,7 @@ def make_kube_run(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.unit
 def test_kube_report_zooms_into_the_disruption_and_names_what_broke_each_stream(tmp_path):
     from harness.report.html import LEFT, RIGHT, W
 
@@ -333,6 +341,7 @@ def rollcheck(*args) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.process
 def test_compare_two_sessions(tmp_path):
     base = make_session(
         tmp_path / "20261130-020000-kube",
@@ -378,6 +387,7 @@ def test_compare_two_sessions(tmp_path):
     assert rollcheck("--compare", base, cand, "--out", out, "--fail-on-regression").returncode == 1
 
 
+@pytest.mark.process
 def test_compare_and_history_refuse_what_is_not_a_session(tmp_path):
     base = make_session(tmp_path / "a", {"test_drain[pod]": ("pass", 1.0, 0.2)})
     other = make_session(tmp_path / "b", {"test_canary": ("pass", 1.0, 0.2)})
@@ -395,6 +405,7 @@ def test_compare_and_history_refuse_what_is_not_a_session(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.process
 def test_history_of_three_nights(tmp_path):
     nights = [
         ("20261129-020000-kube", {"drain": ("pass", 0.99, 0.2), "rollout": ("fail", 0.7, 1)}),
@@ -436,6 +447,7 @@ def test_history_of_three_nights(tmp_path):
         assert (tmp_path / href).is_file(), href
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
     reason="chromium is not installed (scripts/run test installs it as root)",

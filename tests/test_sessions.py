@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.pytest_plugin import prune_sessions
+
+pytestmark = pytest.mark.unit
 
 
 def session(root, name: str) -> None:

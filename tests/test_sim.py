@@ -18,6 +18,8 @@ import pytest
 from harness.proc import refuses_connections
 from harness.sim.settings import SimSettings
 
+pytestmark = pytest.mark.process
+
 CHAT = "/v1/chat/completions"
 
 

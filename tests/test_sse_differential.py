@@ -18,6 +18,8 @@ import sseclient
 from harness.streams.sse import SSEParser
 from tests.streamcases import CASES, SSE
 
+pytestmark = pytest.mark.unit
+
 EOLS = (b"\n", b"\r\n", b"\r")
 
 

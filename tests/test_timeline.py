@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.cluster.events import Event
 from harness.streams import StreamRecord
 from harness.timeline import breaking_event
 from harness.verdict import describe_break
+
+pytestmark = pytest.mark.unit
 
 T = 1_000.0
 

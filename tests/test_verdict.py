@@ -20,6 +20,8 @@ from harness.gateway_logs import (
 )
 from harness.streams import StreamRecord
 
+pytestmark = pytest.mark.unit
+
 T = 1000.0  # the disruption
 
 
