@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.waits import hold
 
 
 class UsageError(Exception):
@@ -147,13 +148,12 @@ def _load(sub: argparse._SubParsersAction) -> None:
             load.start()
             if settings.external_workers:
                 print(
-                    f"waiting for {settings.external_workers} external workers; "
-                    f"master: {load.load_dir / 'master.log'}"
+                    f"waiting for {settings.external_workers} external workers at "
+                    f"{load.master_address} (locust --worker -f loadgen/locustfile.py "
+                    f"--master-host HOST --master-port PORT); master log: "
+                    f"{load.load_dir / 'master.log'}"
                 )
-            deadline = time.monotonic() + ns.duration
-            while time.monotonic() < deadline:
-                load._check_alive()
-                time.sleep(0.5)
+            hold(ns.duration, alive=load._check_alive, interval_s=0.5)
             result = load.stop()
         except LoadError as exc:
             load.close()

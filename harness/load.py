@@ -23,6 +23,7 @@ import loadgen
 from harness.config import ConfigError
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
+from harness.waits import wait_until
 from loadgen.settings import LoadSettings
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
@@ -73,6 +74,7 @@ class LoadRun:
         )
         self.load_dir = self.run_dir / "load"
         self.master: subprocess.Popen | None = None
+        self.master_address: str | None = None  # host:port workers connect to
         self.workers: list[subprocess.Popen] = []
         self._logs: list = []
         self.result: LoadResult | None = None
@@ -135,12 +137,14 @@ class LoadRun:
         base += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
         lead = base + ["-u", str(users), "-r", str(s.spawn_rate), *classes]
         if n_workers:
-            port = free_port()
-            lead += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port)]
-            lead += ["--expect-workers", str(n_workers)]
+            port = s.master_port or free_port()
+            lead += ["--master", "--master-bind-host", s.master_bind]
+            lead += ["--master-bind-port", str(port), "--expect-workers", str(n_workers)]
+            self.master_address = f"{s.master_bind}:{port}"
         self.master = self._spawn(lead, env, "master")
+        local = "127.0.0.1" if s.master_bind in ("0.0.0.0", "*", "") else s.master_bind
         for i in range(s.workers):
-            cmd = base + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+            cmd = base + ["--worker", "--master-host", local, "--master-port", str(port)]
             wenv = dict(env, ROLLCHECK_WORKER_INDEX=str(i))
             self.workers.append(self._spawn(cmd + classes, wenv, f"worker-{i}"))
         self._wait(lambda st: st is not None, self.start_timeout_s, "Locust to start")
@@ -183,18 +187,18 @@ class LoadRun:
         self._wait(lambda st: st and st.get("sent", 0) >= n, timeout_s, f"{n} requests sent")
 
     def _wait(self, cond, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._check_alive()
+        def status_if_met():
             st = self.status()
-            if cond(st):
-                return st
-            if time.monotonic() > deadline:
-                raise LoadError(
-                    f"timed out after {timeout_s} s waiting for {what}; "
-                    f"load status: {self.counts()}"
-                )
-            time.sleep(0.05)
+            return st if cond(st) else None
+
+        return wait_until(
+            status_if_met,
+            timeout_s,
+            what,
+            error=LoadError,
+            alive=self._check_alive,
+            detail=lambda: f"load status: {self.counts()}",
+        )
 
     def _check_alive(self) -> None:
         if self.master is not None and self.master.poll() is not None:

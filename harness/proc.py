@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 from harness.sim.settings import SimSettings, to_args
+from harness.waits import wait_until
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -57,20 +57,29 @@ def refuses_connections(port: int, host: str = "127.0.0.1") -> bool:
 
 def wait_http(url: str, timeout_s: float = 15.0, proc: subprocess.Popen | None = None) -> None:
     """Wait until GET url answers 200; raise with the reason otherwise."""
-    deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while time.monotonic() < deadline:
+    last = ["no answer"]
+
+    def exited():
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+
+    def answers_200() -> bool:
         try:
             r = httpx.get(url, timeout=1.0)
-            if r.status_code == 200:
-                return
-            last = f"HTTP {r.status_code}"
+            last[0] = f"HTTP {r.status_code}"
+            return r.status_code == 200
         except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s ({last})")
+            last[0] = type(exc).__name__
+            return False
+
+    wait_until(
+        answers_200,
+        timeout_s,
+        f"{url} to answer 200",
+        error=TimeoutError,
+        alive=exited,
+        detail=lambda: last[0],
+    )
 
 
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float = 5.0) -> None:

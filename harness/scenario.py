@@ -24,6 +24,7 @@ from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time
+from harness.waits import hold
 
 Check = Callable[[V.RunData], V.CheckResult]
 
@@ -329,11 +330,7 @@ class Scenario:
             self._sleep(self.cfg.scenario.cool_down_s if seconds is None else seconds)
 
     def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.load is not None:
-                self.load._check_alive()
-            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        hold(seconds, alive=self.load._check_alive if self.load is not None else None)
 
     # --- judge ---------------------------------------------------------------------
     def skip(self, reason: str):
@@ -357,6 +354,12 @@ class Scenario:
         blocker = self.target.node_drain_blocker()
         if blocker:
             self.skip(f"cannot drain a node here: {blocker}")
+
+    def require_autoscaler(self) -> None:
+        """Before acting: SKIPPED if the autoscaler policy has no scaler to go to."""
+        blocker = self.target.autoscaler_blocker()
+        if blocker:
+            self.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
     def require_gpus(self, surge: int) -> None:
         """Before acting: SKIPPED if a rollout's surge pods cannot get GPUs (they would

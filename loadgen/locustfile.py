@@ -1,10 +1,13 @@
 """rollcheck's Locust users: streaming chat load, every request judged and shipped.
 
 Started by harness/load.py (`LoadRun`) with ROLLCHECK_LOAD_CONFIG naming a JSON
-file: {"url", "settings", "thresholds", "run_dir", "parent_pid"}. Each worker
-judges its streams with harness.client and ships StreamRecords to the master in
-batches (Locust custom messages); the master writes records.jsonl and a live
-status file. Stopping is ours, not Locust's, so that no request is lost:
+file: {"url", "settings", "thresholds", "run_dir", "parent_pid"}. A worker started
+elsewhere (deploy/locust, `locust --worker --master-host ...`) has no such file: what
+a worker needs (url, settings, thresholds) rides on the master's spawn message, as a
+custom option (Locust hands custom options to its workers).
+Each worker judges its streams with harness.client and ships StreamRecords to the
+master in batches (Locust custom messages); the master writes records.jsonl and a
+live status file. Stopping is ours, not Locust's, so that no request is lost:
 LoadRun writes <run>/load/stop; the master tells workers to drain; users finish
 their stream within stop_timeout_s; the rest are cancelled and still recorded.
 """
@@ -28,15 +31,31 @@ from harness.config import build
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamRecord, Thresholds
+from harness.waits import wait_until
 from loadgen.settings import LoadSettings, auth_headers, draw, prompt_text
 
-RUNTIME = json.loads(Path(os.environ["ROLLCHECK_LOAD_CONFIG"]).read_text())
-SETTINGS: LoadSettings = build(LoadSettings, RUNTIME["settings"])
-THRESHOLDS = Thresholds(**RUNTIME["thresholds"])
-URL = RUNTIME["url"].rstrip("/") + SETTINGS.path
-RUN_DIR = Path(RUNTIME["run_dir"])
 FLUSH_S = 0.25
 MAX_BATCH = 500
+WORKER_KEYS = ("url", "settings", "thresholds", "worker_count")  # what the master sends
+RUNTIME: dict = {}
+SETTINGS = LoadSettings()
+THRESHOLDS = Thresholds()
+URL = ""
+RUN_DIR: Path | None = None  # the master's (or single process's) only
+
+
+def configure(runtime: dict) -> None:
+    """Take the run's settings: from ROLLCHECK_LOAD_CONFIG, or from the master."""
+    global RUNTIME, SETTINGS, THRESHOLDS, URL, RUN_DIR
+    RUNTIME = runtime
+    SETTINGS = build(LoadSettings, runtime["settings"])
+    THRESHOLDS = Thresholds(**runtime["thresholds"])
+    URL = runtime["url"].rstrip("/") + SETTINGS.path
+    RUN_DIR = Path(runtime["run_dir"]) if runtime.get("run_dir") else None
+    ChatUser.wait_time = constant(SETTINGS.think_time_s)
+
+
+_CONFIG_FILE = os.environ.get("ROLLCHECK_LOAD_CONFIG")
 
 
 class WorkerState:
@@ -187,13 +206,20 @@ class Collector:
         self.state = "stopping"
         grace = SETTINGS.stop_timeout_s
         self.env.runner.send_message("rollcheck_stop", {"grace_s": grace})
-        deadline = time.monotonic() + grace + 15
-        while time.monotonic() < deadline:
+
+        def every_worker_done() -> bool:
             self.write_status()
             expected = self._expected_workers()
-            if expected and all(self.workers.get(w, {}).get("done") for w in expected):
-                break
-            gevent.sleep(0.1)
+            return bool(expected) and all(self.workers.get(w, {}).get("done") for w in expected)
+
+        wait_until(
+            every_worker_done,
+            grace + 15,
+            "the workers' last records",
+            0.1,
+            None,
+            sleep=gevent.sleep,
+        )
         self.lost = [wid for wid, w in self.workers.items() if not w.get("done")]
         self.state = "done"
         self.records.close()
@@ -210,17 +236,39 @@ class Collector:
 
 @events.init.add_listener
 def on_init(environment, **_kwargs) -> None:
-    global STATE
     runner = environment.runner
     if not isinstance(runner, WorkerRunner):
+        if not RUNTIME:
+            raise SystemExit(
+                "rollcheck's Locust master needs ROLLCHECK_LOAD_CONFIG (LoadRun sets it)"
+            )
         collector = Collector(environment)
         runner.register_message("rollcheck_records", collector.on_records)
         gevent.spawn(collector.run)
-    if not isinstance(runner, MasterRunner):
-        STATE = WorkerState()
+    if isinstance(runner, MasterRunner):
+        # every spawn message carries the master's parsed options to its workers
+        environment.parsed_options.rollcheck_runtime = {k: RUNTIME[k] for k in WORKER_KEYS}
+    else:
         runner.register_message("rollcheck_stop", _on_stop)
-        gevent.spawn(_flusher, environment)
-        gevent.spawn(_loop_lag_monitor)
+        if RUNTIME:
+            _start_worker(environment)
+
+
+@events.test_start.add_listener
+def on_test_start(environment, **_kwargs) -> None:
+    """A worker started elsewhere learns the run from its master's spawn message, which
+    Locust delivers before it starts any user."""
+    runtime = getattr(environment.parsed_options, "rollcheck_runtime", None)
+    if isinstance(environment.runner, WorkerRunner) and STATE is None and runtime:
+        configure(runtime)
+        _start_worker(environment)
+
+
+def _start_worker(environment) -> None:
+    global STATE
+    STATE = WorkerState()
+    gevent.spawn(_flusher, environment)
+    gevent.spawn(_loop_lag_monitor)
 
 
 def _flusher(environment) -> None:
@@ -242,9 +290,10 @@ def _loop_lag_monitor() -> None:
 def _on_stop(environment, msg, **_) -> None:
     def drain() -> None:
         STATE.draining = True
-        deadline = time.monotonic() + msg.data["grace_s"]
-        while STATE.in_flight and time.monotonic() < deadline:
-            gevent.sleep(0.05)
+        idle = lambda: not STATE.in_flight  # noqa: E731
+        wait_until(
+            idle, msg.data["grace_s"], "the answers in flight", error=None, sleep=gevent.sleep
+        )
         # Still open at the deadline: end them; each becomes a `cancelled` record.
         gevent.killall(list(STATE.in_flight), block=True, timeout=5)
         STATE.done = True
@@ -260,6 +309,9 @@ class ChatUser(User):
 
     @task
     def chat(self) -> None:
+        if STATE is None:  # a worker still waiting for its master's settings
+            gevent.sleep(0.1)
+            return
         if STATE.draining:
             raise StopUser()
         max_tokens = draw(SETTINGS.max_tokens, STATE.rng)
@@ -275,6 +327,9 @@ class LongAnswerUser(User):
 
     @task
     def long_answer(self) -> None:
+        if STATE is None:
+            gevent.sleep(0.1)
+            return
         if STATE.draining:
             raise StopUser()
         if SETTINGS.long_answer_count and self.sent >= SETTINGS.long_answer_count:
@@ -292,10 +347,15 @@ class RateUser(User):
 
     @task
     def arrivals(self) -> None:
+        if STATE is None:
+            gevent.sleep(0.1)
+            return
         workers = max(1, RUNTIME.get("worker_count", 1))
         rate = SETTINGS.rate_rps / workers
         pool = gevent.pool.Pool()
-        rng = random.Random(SETTINGS.seed * 1000 + int(os.environ.get("ROLLCHECK_WORKER_INDEX", 0)))
+        index = os.environ.get("ROLLCHECK_WORKER_INDEX")
+        index = int(index) if index else getattr(self.environment.runner, "worker_index", 0)
+        rng = random.Random(SETTINGS.seed * 1000 + index)
         next_at = time.monotonic()
         while not STATE.draining:
             next_at += rng.expovariate(rate) if rate > 0 else 3600
@@ -311,6 +371,9 @@ class RateUser(User):
         pool.join()
         raise StopUser()
 
+
+if _CONFIG_FILE:  # the master, a single process, or a worker LoadRun started
+    configure(json.loads(Path(_CONFIG_FILE).read_text()))
 
 STEP_AT: list[float] = []  # when the load step happened (epoch): the scale-up's disruption
 

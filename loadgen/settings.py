@@ -40,6 +40,10 @@ class LoadSettings:
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers
     external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
+    # where the master listens for workers: loopback for local workers; in a cluster,
+    # 0.0.0.0 and the port the rollcheck-locust-master Service targets (deploy/locust)
+    master_bind: str = "127.0.0.1"
+    master_port: int = 0  # 0: a free port (local workers only)
     stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
     start_timeout_s: float = 30.0  # longest wait for Locust (and every worker) to start
     seed: int = 0
@@ -56,6 +60,13 @@ class LoadSettings:
             mix = getattr(self, mix_name)
             if not mix or any(s.tokens < 1 or s.weight < 0 for s in mix):
                 raise ValueError(f"{mix_name}: need at least one share, tokens >= 1, weight >= 0")
+        if not 0 <= self.master_port <= 65535:
+            raise ValueError(f"master_port must be 0-65535, not {self.master_port}")
+        if self.external_workers and not self.master_port:
+            raise ValueError(
+                "external_workers need a known master_port (and master_bind 0.0.0.0 in a "
+                "cluster): the port deploy/locust's workers dial"
+            )
         if not self.path.startswith("/"):
             raise ValueError(f"path must start with '/', got {self.path!r}")
 

@@ -186,3 +186,43 @@ def test_the_api_key_goes_on_every_request_and_into_no_file(sim_factory, tmp_pat
     assert r.returncode == 2 and "answers 401" in r.stderr and "load.api_key_env" in r.stderr
     r = load_cli(sim.url, "--api-key", "NO_SUCH_KEY_VAR", "--out", tmp_path / "unset")
     assert r.returncode == 2 and "$NO_SUCH_KEY_VAR, which is not set" in r.stderr
+
+
+def test_external_workers_connect_through_the_configured_address_and_ship_every_record(
+    sim_factory, tmp_path
+):
+    """Workers started as deploy/locust starts them: their own processes, no runtime file,
+    another folder; the master sends them the run's settings when they connect."""
+    from harness.load import LOCUSTFILE
+    from harness.proc import free_port
+
+    sim = sim_factory(itl_s=0.01)
+    port = free_port()
+    s = settings(external_workers=2, master_port=port, max_tokens=[Share(10)], users=4)
+    with pytest.raises(ConfigError, match="master_port"):
+        LoadRun(sim.url, tmp_path / "x", settings(external_workers=1), Thresholds(5))
+    run = LoadRun(sim.url, tmp_path / "run", s, Thresholds(5))
+    run.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLCHECK_")}
+    cmd = [sys.executable, "-m", "locust", "--worker", "-f", str(LOCUSTFILE)]
+    cmd += ["--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel", "WARNING"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workers = [
+        subprocess.Popen(cmd, cwd=elsewhere, env=env, start_new_session=True) for _ in range(2)
+    ]
+    try:
+        run.wait_until_sent(20, timeout_s=60)
+        result = run.stop()
+        for w in workers:
+            w.wait(30)  # a worker leaves with its master
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
+    assert result.problems == []
+    assert result.sent == len(result.records) >= 20
+    assert {r.outcome for r in result.records} == {"complete"}
+    shipped_by = {w["pid"] for w in run.status()["workers"].values() if w["sent"]}
+    assert shipped_by == {w.pid for w in workers}
+    assert not list(elsewhere.iterdir())  # a worker writes nothing of its own

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import abc
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 
 from harness.cluster.events import Event
 from harness.errors import RollcheckError
+from harness.waits import wait_until
 
 
 @dataclass
@@ -45,6 +45,25 @@ class CannotRun(TargetError):
 
 class EvictionRefused(TargetError):
     """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
+
+
+def evict_retrying(attempt: Callable[[], None], retry_deadline_s: float, interval_s: float) -> None:
+    """Evict as `kubectl drain` does, on both targets: a refusal (the PDB's 429, raised by
+    `attempt` as EvictionRefused) is retried every interval_s until retry_deadline_s,
+    and the last refusal is raised then."""
+    refused: list[EvictionRefused] = []
+
+    def evicted() -> bool:
+        try:
+            attempt()
+            return True
+        except EvictionRefused as exc:
+            refused[:] = [exc]
+            return False
+
+    wait_until(
+        evicted, retry_deadline_s, "an eviction", interval_s=interval_s, error=lambda _: refused[0]
+    )
 
 
 class Target(abc.ABC):
@@ -115,6 +134,10 @@ class Target(abc.ABC):
         """Why a node drain cannot be done here (a setting, a permission), or None."""
         return None
 
+    def autoscaler_blocker(self) -> str | None:
+        """Why the autoscaler policy cannot be handed to here (no scaler to hand it to)."""
+        return None
+
     def free_gpus(self) -> tuple[int, int] | None:
         """(GPUs free on schedulable nodes, GPUs one pod needs), or None when pods do not
         hold GPUs here (or the count cannot be known)."""
@@ -155,11 +178,7 @@ class Target(abc.ABC):
     def wait_for(
         self, cond: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05
     ) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if time.monotonic() > deadline:
-                raise TargetError(f"timed out after {timeout_s:g} s waiting for {what}")
-            time.sleep(poll_s)
+        wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
 
     def ready_pods(self) -> list:
         return [p for p in self.pods() if p.ready and not p.terminating]

@@ -25,6 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from harness.cluster.local.kubelet import die_with_parent
 from harness.proc import PidFile, free_port, reap_leftovers
+from harness.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = ROOT / "scripts" / "build-kube"
@@ -324,20 +325,27 @@ class ControlPlane:
         return httpx.get(f"{self.server}/readyz", timeout=2, verify=ctx).status_code == 200
 
     def _wait(self, ready, name: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def none_exited():
             for pname, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise ControlPlaneError(
                         f"{pname} exited with code {proc.returncode}: {self._tail(pname)}"
                     )
+
+        def is_ready() -> bool:
             try:
-                if ready():
-                    return
+                return ready()
             except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise ControlPlaneError(f"{name} not ready within {timeout_s:g} s: {self._tail(name)}")
+                return False
+
+        wait_until(
+            is_ready,
+            timeout_s,
+            f"{name} to be ready",
+            interval_s=0.1,
+            error=lambda msg: ControlPlaneError(f"{msg}: {self._tail(name)}"),
+            alive=none_exited,
+        )
 
     def _tail(self, name: str) -> str:
         try:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import time
 from pathlib import Path
 
 import httpx
 
-from harness.cluster import EvictionRefused, Target, TargetError
+from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.events import Event, EventLog
 from harness.cluster.local.controller import Controller, Template, scrape
@@ -150,17 +149,15 @@ class LocalTarget(Target):
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self.action("evict", pod=name)
-        deadline = time.monotonic() + retry_deadline_s
-        while True:
+
+        def attempt() -> None:
             try:
                 self.controller.evict(name)
-                return
             except KeyError as exc:
                 raise TargetError(str(exc)) from None
-            except EvictionRefused:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.25)  # kubectl drain retries refused evictions every few seconds
+
+        # kubectl drain retries every 5 s; the local target's time is scaled down
+        evict_retrying(attempt, retry_deadline_s, interval_s=0.25)
 
     def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
         self.action("drain_node", node=node)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.cluster.local.kubelet import die_with_parent
 from harness.proc import children, cmdline
+from harness.waits import wait_until
 
 # One JSON object per request: the fields that join a log line to a stream record.
 LOG_FORMAT = (
@@ -108,15 +109,24 @@ class Nginx:
         # nginx writes its pid once it listens and handles signals (a SIGHUP before
         # that kills it). `nginx -t` leaves an empty pid file: wait for the number.
         pid_file = self.dir / "nginx.pid"
-        deadline = time.monotonic() + 10
-        while not _read(pid_file).strip() == str(self.proc.pid):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = (self.dir / "stderr.log").read_text(errors="replace").strip()
-                raise GatewayError(
-                    f"nginx did not start: {err.splitlines()[-1] if err else 'no output'}"
-                )
-            time.sleep(0.02)
+
+        def not_dead():
+            if self.proc.poll() is not None:
+                raise GatewayError(f"nginx did not start: {self._stderr_tail()}")
+
+        wait_until(
+            lambda: _read(pid_file).strip() == str(self.proc.pid),
+            10,
+            "nginx to write its pid",
+            interval_s=0.02,
+            error=lambda msg: GatewayError(f"{msg}: {self._stderr_tail()}"),
+            alive=not_dead,
+        )
         self._thread.start()
+
+    def _stderr_tail(self) -> str:
+        err = (self.dir / "stderr.log").read_text(errors="replace").strip()
+        return err.splitlines()[-1] if err else "no output"
 
     def set_endpoints(self, addresses: list[str], aliases: dict[str, str] | None = None) -> None:
         """The cluster's endpoint set changed now; nginx learns of it after the delay.
@@ -157,15 +167,17 @@ class Nginx:
         master = self.proc.pid
         old = set(children(master))
         self.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + timeout_s
-        while self.proc.poll() is None and time.monotonic() < deadline:
+
+        def only_new_workers_accept() -> bool:
+            if self.proc.poll() is not None:
+                return True  # nginx is gone: nothing left to wait for
             titles = {w: cmdline(w) for w in children(master)}
             # nginx retitles a worker "... is shutting down" just before it closes its
             # listening sockets.
             still_accepting = [w for w, t in titles.items() if w in old and t.endswith("process")]
-            if any(w not in old for w in titles) and not still_accepting:
-                return
-            time.sleep(0.005)
+            return any(w not in old for w in titles) and not still_accepting
+
+        wait_until(only_new_workers_accept, timeout_s, "nginx's reload", 0.005, error=None)
 
     def _write_routes(self, endpoints: tuple[str, ...]) -> None:
         if endpoints:
