@@ -11,6 +11,8 @@ from harness import checks
 
 @pytest.mark.scale_to_zero
 def test_scale_to_zero(scenario):
+    scenario.require_autoscaler()  # SKIPPED, with why, if there is no scaler to hand over to
+
     # steady state: nothing but one long answer in flight on a single replica
     scenario.prepare_replicas(1)
     scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)

@@ -221,10 +221,16 @@ class Kube:
     dry_run: bool = False  # print every action instead of taking it
     image: str | None = None  # rollout image, "{version}" replaced, e.g. vllm/vllm-openai:{version}
     scale_to_zero: str = "force"  # force: scale down now; wait: let the cluster's autoscaler act
+    # how engine /metrics and /health are read: direct (pod IPs, from inside the cluster),
+    # proxy (the API server's pods proxy, RBAC pods/proxy get), auto (direct in a pod, else
+    # proxy, each falling back to the other)
+    pod_access: str = "auto"
 
     def validate(self) -> None:
         if self.scale_to_zero not in ("force", "wait"):
             raise ValueError("kube.scale_to_zero must be force or wait")
+        if self.pod_access not in ("auto", "direct", "proxy"):
+            raise ValueError("kube.pod_access must be auto, direct or proxy")
 
 
 @dataclass

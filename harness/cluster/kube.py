@@ -23,11 +23,19 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from harness.cluster import EvictionRefused, PodView, Target, TargetError
+from harness.cluster import (
+    CannotRun,
+    EvictionRefused,
+    PodView,
+    Target,
+    TargetError,
+    evict_retrying,
+)
 from harness.cluster.config import RunConfig
 from harness.cluster.events import Event, EventLog
 from harness.cluster.metrics import parse_metrics
@@ -182,6 +190,8 @@ class KubeTarget(Target):
         self._original: dict | None = None
         self._cordoned: list[str] = []
         self._keda_paused: list[str] = []
+        self._pod_path_ok: str | None = None  # direct or proxy: the way that last worked
+        self.pod_access_problem: str | None = None  # what was tried when no way worked
         self._rolling = False
         self._capacity = None
         self._slices: dict[str, set] = {}
@@ -668,13 +678,62 @@ class KubeTarget(Target):
         return sorted(self._events.all(), key=lambda e: e.t)
 
     def pod_metrics(self, name: str) -> dict[str, float]:
-        try:
-            text = self.core.connect_get_namespaced_pod_proxy_with_path(
-                f"{name}:{self.port}", self.ns, "metrics"
-            )
-        except ApiException:
-            return {}
-        return parse_metrics(text)
+        status, text = self._pod_get(name, "metrics")
+        return parse_metrics(text) if status == 200 else {}
+
+    def _pod_paths(self) -> list[str]:
+        """The ways to reach a pod's engine, the one that last worked first."""
+        mode = self.k.pod_access
+        if mode != "auto":
+            return [mode]
+        paths = ["direct", "proxy"] if os.environ.get("KUBERNETES_SERVICE_HOST") else ["proxy"]
+        paths += [p for p in ("direct", "proxy") if p not in paths]
+        if self._pod_path_ok in paths:
+            paths.remove(self._pod_path_ok)
+            paths.insert(0, self._pod_path_ok)
+        return paths
+
+    def _pod_get(self, name: str, path: str) -> tuple[int | None, str]:
+        """GET a pod engine's path: (its HTTP status, body), or (None, "") when no way to
+        the pod worked; then `pod_access_problem` says, in one line, what was tried."""
+        tried = []
+        for way in self._pod_paths():
+            if way == "direct":
+                with self._lock:
+                    pod = next((p for p in self._pods.values() if p.metadata.name == name), None)
+                ip = pod.status.pod_ip if pod is not None and pod.status else None
+                if not ip:
+                    tried.append("pod IP: none assigned")
+                    continue
+                url = f"http://{ip}:{self.port}/{path}"
+                try:
+                    r = httpx.get(url, timeout=2.0, headers=self.auth_headers())
+                except httpx.HTTPError as exc:
+                    tried.append(f"pod IP {ip}:{self.port}: {type(exc).__name__}")
+                    continue
+                if r.status_code == 404:  # not the engine (it serves both paths): a network
+                    tried.append(f"pod IP {ip}:{self.port}: HTTP 404, not an engine")
+                    continue
+                self._pod_path_ok, self.pod_access_problem = way, None
+                return r.status_code, r.text
+            try:
+                text = self.core.connect_get_namespaced_pod_proxy_with_path(
+                    f"{name}:{self.port}", self.ns, path
+                )
+            except ApiException as exc:
+                if exc.status in (401, 403) or exc.status is None:
+                    tried.append(
+                        f"API server pods proxy: HTTP {exc.status} (needs pods/proxy get)"
+                        if exc.status
+                        else f"API server pods proxy: {exc.reason}"
+                    )
+                    continue
+                self._pod_path_ok, self.pod_access_problem = way, None
+                return exc.status, exc.body or ""  # the engine's own answer, or the API's
+            self._pod_path_ok, self.pod_access_problem = way, None
+            return 200, text
+        self.pod_access_problem = f"engine /{path} of pod {name} unreachable: " + "; ".join(tried)
+        return None, ""
 
     def pod_endpoint(self, name: str) -> tuple[str, dict]:
         """Through the API server's pods proxy (pod IPs are rarely reachable from where
@@ -697,13 +756,16 @@ class KubeTarget(Target):
         return url, settings
 
     def pod_health(self, name: str) -> int | None:
+        status, _ = self._pod_get(name, "health")
+        return status if status and status < 600 and status != 404 else None
+
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
         try:
-            self.core.connect_get_namespaced_pod_proxy_with_path(
-                f"{name}:{self.port}", self.ns, "health"
-            )
-            return 200
-        except ApiException as exc:
-            return exc.status if exc.status and exc.status < 600 and exc.status != 404 else None
+            return super().busiest_pod(min_in_flight, timeout_s)
+        except TargetError as exc:
+            if self.pod_access_problem:  # the pods were never read: say how it was tried
+                raise TargetError(f"{exc}; {self.pod_access_problem}") from None
+            raise
 
     def gateway_logs(self):
         if getattr(self, "_gw_files", None):
@@ -803,19 +865,18 @@ class KubeTarget(Target):
         if self.dry_run:
             return
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=self.ns))
-        deadline = time.monotonic() + retry_deadline_s
-        while True:
+
+        def attempt() -> None:
             try:
                 self.core.create_namespaced_pod_eviction(name, self.ns, body)
-                self._events.emit("evicted", pod=name)
-                return
             except ApiException as exc:
                 if exc.status != 429:
                     raise self._error(exc, "create", "pods/eviction", f"pod {name}") from None
                 self._events.emit("eviction_refused", pod=name, message=_message(exc))
-                if time.monotonic() >= deadline:
-                    raise EvictionRefused(f"evicting {name}: {_message(exc)}") from None
-                time.sleep(1.0)  # as kubectl drain, retry while the PDB refuses
+                raise EvictionRefused(f"evicting {name}: {_message(exc)}") from None
+            self._events.emit("evicted", pod=name)
+
+        evict_retrying(attempt, retry_deadline_s, interval_s=1.0)
 
     def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
         if not self.k.allow_node_drain:
@@ -926,10 +987,52 @@ class KubeTarget(Target):
             raise self._error(exc, "delete", "pods", f"pod {name}") from None
 
     def set_autoscaler(self, policy: str) -> None:
-        """force: scale to the autoscaler's minimum now; wait: leave it to the cluster's scaler."""
-        self.action("autoscaler", policy=policy, mode=self.k.scale_to_zero)
+        """force: scale to the autoscaler's minimum now. wait: hand the replica count back
+        to the cluster's own scalers (the KEDA ScaledObjects the harness paused are
+        un-paused) and let them act; which scalers were found is on the timeline. With
+        none, the scenario cannot test a scaler: CannotRun, before anything changes."""
         if self.k.scale_to_zero == "force":
+            self.action("autoscaler", policy=policy, mode="force")
             self.scale(self.cfg.autoscaler.min_replicas)
+            return
+        blocker = self.autoscaler_blocker()
+        if blocker:
+            raise CannotRun(blocker)
+        keda, hpas = self._scaled_objects(), self._hpas()
+        self.action("autoscaler", policy=policy, mode="wait", keda=keda, hpa=hpas)
+        if self.dry_run:
+            return
+        for so in keda:
+            self._keda_annotate(so, None)  # KEDA owns the replica count again
+            if so in self._keda_paused:
+                self._keda_paused.remove(so)
+        self._events.emit("autoscaler_handed_back", keda=keda, hpa=hpas)
+
+    def autoscaler_blocker(self) -> str | None:
+        if self.k.scale_to_zero != "wait" or self._scaled_objects() or self._hpas():
+            return None
+        return (
+            f"kube.scale_to_zero=wait: no KEDA ScaledObject or HorizontalPodAutoscaler in "
+            f"{self.ns} targets deployment {self.k.deployment}; set kube.scale_to_zero=force "
+            "or point kube.deployment at a scaled Deployment"
+        )
+
+    def _hpas(self) -> list[str]:
+        """HorizontalPodAutoscalers whose target is this Deployment."""
+        try:
+            items = (
+                client.AutoscalingV2Api(self.api)
+                .list_namespaced_horizontal_pod_autoscaler(self.ns)
+                .items
+            )
+        except ApiException:
+            return []
+        return [
+            h.metadata.name
+            for h in items
+            if h.spec.scale_target_ref.kind == "Deployment"
+            and h.spec.scale_target_ref.name == self.k.deployment
+        ]
 
     def interrupt_watches(self) -> None:
         """Break every watch connection once (tests the resume path)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from kubernetes import client
 from harness.cluster import EvictionRefused, TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
+from harness.proc import free_port
 from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for, wait_pdb_healthy
 from tests.scenario_runs import run_scenarios
 
@@ -447,9 +450,16 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     kube_local, namespace, deployed, tmp_path
 ):
     """deploy/nightly's own arguments, pointed at kube-local: a dated session folder with
-    its JUnit file, the history page, and the restore."""
+    its JUnit file, the history page, the restore, and the load from deploy/locust's
+    worker (its own shell loop, dialling the master's configured address)."""
     ingress = deployed()
     root = Path(__file__).resolve().parents[2]
+    port = free_port()
+    workers = list(yaml.safe_load_all((root / "deploy/locust/workers.yaml").read_text()))
+    spec = next(d for d in workers if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    script = spec["containers"][0]["args"][0].replace("rollcheck-locust-master", "127.0.0.1")
+    script = script.replace("python ", f"{sys.executable} ").replace("5557", str(port))
+    worker = subprocess.Popen(["sh", "-c", script], cwd=root, start_new_session=True)
     docs = list(yaml.safe_load_all((root / "deploy/nightly/cronjob.yaml").read_text()))
     cron = next(d for d in docs if d["kind"] == "CronJob")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
@@ -470,14 +480,24 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     cmd += [f"--kubeconfig={kube_local.kubeconfig}", "-k", "drain and pod", "-q"]
     for s in GPU_PROFILE_SCALED_DOWN:
         cmd += ["--set", s]
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", *cmd],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    external = ["load.external_workers=1", "load.master_bind=127.0.0.1", f"load.master_port={port}"]
+    for s in external:
+        cmd += ["--set", s]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", *cmd],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    (status,) = tmp_path.glob("*/*/load/status.json")
+    shipped = json.loads(status.read_text())["workers"]
+    assert len(shipped) == 1 and next(iter(shipped.values()))["sent"] > 0  # all its load
     sessions = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(sessions) == 1, sorted(p.name for p in tmp_path.iterdir())
     session = sessions[0]
@@ -546,3 +566,117 @@ def test_a_gateway_selector_that_finds_no_pod_is_one_line_before_acting(
         t.start()
     t.close()
     assert RESTORE not in (deployment(kube_local, namespace).metadata.annotations or {})
+
+
+SCALED_OBJECT_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "scaledobjects.keda.sh"},
+    "spec": {
+        "group": "keda.sh",
+        "names": {"kind": "ScaledObject", "plural": "scaledobjects", "singular": "scaledobject"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def keda_pause(kube_local, namespace, name="vllm-scaler"):
+    so = client.CustomObjectsApi(kube_local.api).get_namespaced_custom_object(
+        "keda.sh", "v1alpha1", namespace, "scaledobjects", name
+    )
+    return (so["metadata"].get("annotations") or {}).get("autoscaling.keda.sh/paused-replicas")
+
+
+def test_scale_to_zero_wait_hands_the_replica_count_back_to_keda(
+    kube_local, namespace, deployed, tmp_path
+):
+    """KEDA's own API objects (its CRD, without its operator): scaling pauses the
+    ScaledObject at the wanted count; scale_to_zero=wait un-pauses it and names the
+    scalers it handed over to; with no scaler the scenario cannot run."""
+    deployed()
+    ext = client.ApiextensionsV1Api(kube_local.api)
+    try:
+        ext.create_custom_resource_definition(SCALED_OBJECT_CRD)
+    except client.ApiException as exc:
+        assert exc.status == 409  # another test made it
+    t = target_for(kube_local, namespace, tmp_path, None, "kube.scale_to_zero=wait")
+    t.start()
+    assert "no KEDA ScaledObject or HorizontalPodAutoscaler" in t.autoscaler_blocker()
+    with pytest.raises(TargetError, match="kube.scale_to_zero=force"):
+        t.set_autoscaler("inflight")
+    custom = client.CustomObjectsApi(kube_local.api)
+    so = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "vllm-scaler"},
+        "spec": {"scaleTargetRef": {"name": "rollcheck-sim"}, "minReplicaCount": 0},
+    }
+    wait_for(  # the CRD is served a moment after it is created
+        lambda: _created(custom, namespace, so), 30, "the ScaledObject to be accepted"
+    )
+    assert t.autoscaler_blocker() is None
+    t.scale(1)
+    assert keda_pause(kube_local, namespace) == "1"  # KEDA holds, rather than fights, the count
+    t.set_autoscaler("inflight")
+    assert keda_pause(kube_local, namespace) is None  # KEDA owns the count again
+    (handed,) = [e for e in t.events() if e.kind == "autoscaler_handed_back"]
+    assert handed.detail["keda"] == ["vllm-scaler"] and handed.detail["hpa"] == []
+    t.scale(2)
+    t.close()  # the restore un-pauses what the run paused
+    assert keda_pause(kube_local, namespace) is None
+    assert deployment(kube_local, namespace).spec.replicas == 2
+
+
+def _created(custom, namespace, obj) -> bool:
+    try:
+        custom.create_namespaced_custom_object(
+            "keda.sh", "v1alpha1", namespace, "scaledobjects", obj
+        )
+        return True
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
+    kube_local, namespace, deployed, tmp_path, monkeypatch
+):
+    """auto: from outside, the API server's pods proxy; inside a pod, the pod IP first
+    (kube-local's pod IPs route nowhere from here, so it falls back). When no way
+    works, the one line names each way tried."""
+    deployed()
+    t = target_for(kube_local, namespace, tmp_path)
+    t.start()
+    pod = t.ready_pods()[0].name
+    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "proxy"
+    assert t.pod_health(pod) == 200
+    t.close()
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # as in a pod
+    t = target_for(kube_local, namespace, tmp_path / "in")
+    t.start()
+    assert t._pod_paths() == ["direct", "proxy"]
+    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "proxy"
+    t.close()
+
+    t = target_for(kube_local, namespace, tmp_path / "direct", None, "kube.pod_access=direct")
+    t.start()
+    assert t.pod_metrics(pod) == {} and t.pod_health(pod) is None
+    assert t.pod_access_problem.startswith(f"engine /health of pod {pod} unreachable: pod IP 10.")
+    with pytest.raises(TargetError, match=r"unreachable: pod IP 10\.[0-9.]+:[0-9]+: \w+"):
+        t.busiest_pod(1, timeout_s=1)
+    t.close()
