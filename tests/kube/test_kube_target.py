@@ -377,8 +377,12 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
 
 @pytest.mark.parametrize(
     "select, sets",
-    [("rollout and surge1", []), ("drain and node", ["kube.allow_node_drain=true"])],
-    ids=["mid-rollout", "mid-node-drain"],
+    [
+        ("rollout and surge1", []),
+        ("drain and node", ["kube.allow_node_drain=true"]),
+        ("scale_to_zero", []),  # with a KEDA ScaledObject, which the scaling pauses
+    ],
+    ids=["mid-rollout", "mid-node-drain", "mid-scale-to-zero-keda-paused"],
 )
 def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
     kube_local, namespace, deployed, tmp_path, select, sets
@@ -388,6 +392,9 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
     import signal
 
     ingress = deployed()
+    keda = select == "scale_to_zero"
+    if keda:
+        scaled_object(kube_local, namespace)
     before = deployment(kube_local, namespace)
     template = kube_local.api.sanitize_for_serialization(before.spec.template)
     args = [sys.executable, "-m", "pytest", "scenarios", "-k", select, "-q", "--target", "kube"]
@@ -411,6 +418,8 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
             return False
         if "node" in select:
             return any(n.spec.unschedulable for n in core.list_node().items)
+        if keda:
+            return keda_pause(kube_local, namespace) is not None
         return kube_local.api.sanitize_for_serialization(dep.spec.template) != template
 
     try:
@@ -425,6 +434,8 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
     assert kube_local.api.sanitize_for_serialization(dep.spec.template) == template
     assert dep.spec.replicas == before.spec.replicas
     assert not any(n.spec.unschedulable for n in core.list_node().items)
+    if keda:
+        assert keda_pause(kube_local, namespace) is None  # KEDA owns the count again
 
 
 # the GPU profile scaled down to the simulator's seconds, as --set does it
@@ -607,26 +618,12 @@ def test_scale_to_zero_wait_hands_the_replica_count_back_to_keda(
     ScaledObject at the wanted count; scale_to_zero=wait un-pauses it and names the
     scalers it handed over to; with no scaler the scenario cannot run."""
     deployed()
-    ext = client.ApiextensionsV1Api(kube_local.api)
-    try:
-        ext.create_custom_resource_definition(SCALED_OBJECT_CRD)
-    except client.ApiException as exc:
-        assert exc.status == 409  # another test made it
     t = target_for(kube_local, namespace, tmp_path, None, "kube.scale_to_zero=wait")
     t.start()
     assert "no KEDA ScaledObject or HorizontalPodAutoscaler" in t.autoscaler_blocker()
     with pytest.raises(TargetError, match="kube.scale_to_zero=force"):
         t.set_autoscaler("inflight")
-    custom = client.CustomObjectsApi(kube_local.api)
-    so = {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": {"name": "vllm-scaler"},
-        "spec": {"scaleTargetRef": {"name": "rollcheck-sim"}, "minReplicaCount": 0},
-    }
-    wait_for(  # the CRD is served a moment after it is created
-        lambda: _created(custom, namespace, so), 30, "the ScaledObject to be accepted"
-    )
+    scaled_object(kube_local, namespace)
     assert t.autoscaler_blocker() is None
     t.scale(1)
     assert keda_pause(kube_local, namespace) == "1"  # KEDA holds, rather than fights, the count
@@ -638,6 +635,26 @@ def test_scale_to_zero_wait_hands_the_replica_count_back_to_keda(
     t.close()  # the restore un-pauses what the run paused
     assert keda_pause(kube_local, namespace) is None
     assert deployment(kube_local, namespace).spec.replicas == 2
+
+
+def scaled_object(kube_local, namespace, name="vllm-scaler") -> None:
+    """KEDA's CRD (without its operator) and a ScaledObject for the sim Deployment."""
+    try:
+        client.ApiextensionsV1Api(kube_local.api).create_custom_resource_definition(
+            SCALED_OBJECT_CRD
+        )
+    except client.ApiException as exc:
+        assert exc.status == 409  # another test made it
+    so = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"name": "rollcheck-sim"}, "minReplicaCount": 0},
+    }
+    custom = client.CustomObjectsApi(kube_local.api)
+    wait_for(  # the CRD is served a moment after it is created
+        lambda: _created(custom, namespace, so), 30, "the ScaledObject to be accepted"
+    )
 
 
 def _created(custom, namespace, obj) -> bool:
