@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.cluster.events import Event
+from harness.events import Event
 from harness.gateway_logs import GatewayLine, join_records
 from harness.streams import StreamRecord
 

@@ -109,7 +109,7 @@ class Phases:
 @dataclass
 class RunData:
     records: list[StreamRecord]
-    events: list  # harness.cluster.events.Event
+    events: list  # harness.events.Event
     access: list  # harness.gateway_logs.GatewayLine, this run's request ids only
     errors: list  # harness.gateway_logs.ErrorLine joined to this run's lines
     sent: int

@@ -26,6 +26,13 @@ CONTRACTS = [
     ),
     # the stream judge is the functional core: no I/O libraries
     ("harness.streams", ["harness.cluster", "harness.sim", "httpx", "harness.load"]),
+    # reports render from the run folder: no scenario, target, load or HTTP client
+    (
+        "harness.report.html",
+        ["harness.scenario", "harness.cluster", "harness.load", "harness.sim", "httpx"],
+    ),
+    ("harness.report.compare", ["harness.scenario", "harness.cluster", "harness.load", "httpx"]),
+    ("harness.timeline", ["harness.cluster", "harness.load", "httpx"]),
     # the Kubernetes target does not lean on the local target's internals
     ("harness.cluster.kube", ["harness.cluster.local.controller", "harness.cluster.kubelocal"]),
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster.events import Event
+from harness.events import Event
 from harness.report.html import write_index, write_report
 from harness.report.summary import redact
 from harness.streams import StreamRecord, write_jsonl
@@ -198,7 +198,7 @@ def test_timeline_window_is_the_scenario_not_the_pods_history():
     history (and says so), and names pods whole after their common prefix."""
     import re
 
-    from harness.cluster.events import Event
+    from harness.events import Event
     from harness.report.html import LEFT, RIGHT, W, _timeline_svg
     from harness.streams import StreamRecord
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cluster.events import Event
+from harness.events import Event
 from harness.streams import StreamRecord
 from harness.timeline import breaking_event
 from harness.verdict import describe_break

@@ -10,7 +10,7 @@ import pytest
 
 from harness import checks as C
 from harness import verdict as V
-from harness.cluster.events import Event
+from harness.events import Event
 from harness.gateway_logs import (
     ErrorLine,
     GatewayLine,

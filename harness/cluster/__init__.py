@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.cluster.events import Event
 from harness.errors import RollcheckError
+from harness.events import Event
 from harness.waits import wait_until
 
 

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from harness.cluster.events import Event, read_events
+from harness.events import Event, read_events
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from kubernetes import client, config, utils, watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.events import EventLog
 from harness.cluster.kubelocal.agent import NodeAgent, _close_watch
 from harness.cluster.kubelocal.controlplane import ControlPlane, ControlPlaneError
 from harness.cluster.kubelocal.podnet import ConnectProxy, PodNetwork
 from harness.cluster.local.nginx import Nginx
+from harness.events import EventLog
 from harness.proc import free_port
 
 __all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal"]

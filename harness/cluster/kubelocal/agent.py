@@ -22,10 +22,10 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.config import PodSettings, Probe
-from harness.cluster.events import EventLog
 from harness.cluster.kubelocal.podnet import PodNetwork
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.podspec import prestop_s
+from harness.events import EventLog
 
 SIM_IMAGE = re.compile(r"(^|/)rollcheck[/-]sim(:|@|$)")
 LEASE_S = 40

@@ -10,10 +10,10 @@ import httpx
 
 from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying
 from harness.cluster.config import RunConfig, Strategy
-from harness.cluster.events import Event, EventLog
 from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.nginx import Nginx
 from harness.config import ConfigError, build
+from harness.events import Event, EventLog
 from harness.proc import PidFile, free_port, reap_leftovers
 
 __all__ = ["EvictionRefused", "LocalTarget"]

@@ -23,10 +23,10 @@ import httpx
 
 from harness.cluster import EvictionRefused, PodView
 from harness.cluster.config import RunConfig
-from harness.cluster.events import EventLog
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx
 from harness.cluster.metrics import parse_metrics
+from harness.events import EventLog
 from harness.proc import sim_command
 from harness.sim.settings import SimSettings
 

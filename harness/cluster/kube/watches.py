@@ -1,0 +1,293 @@
+"""The Kubernetes target's observation: watches resumed after disconnects from the last
+resourceVersion (410 Gone -> relist), and the gateway pods' logs."""
+
+from __future__ import annotations
+
+import threading
+
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from harness.cluster import PodView, TargetError
+from harness.cluster.kube.common import _ready, _ts
+from harness.cluster.podspec import prestop_s
+
+
+class _Watch(threading.Thread):
+    """One resource, watched from a resourceVersion; reconnects, and relists on 410."""
+
+    def __init__(self, name: str, lister, on_event, on_relist, namespace: str, **kw):
+        super().__init__(name=f"watch-{name}", daemon=True)
+        self.lister, self.on_event, self.on_relist = lister, on_event, on_relist
+        self.namespace, self.kw = namespace, kw
+        self.rv: str | None = None
+        self.stopped = threading.Event()
+        self.reconnects = 0
+        self._w: watch.Watch | None = None
+        # an interrupt that lands between two streams (while relisting, or before the
+        # next stream has started) is kept, and ends that stream after its next event
+        self._break = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                if self.rv is None:
+                    listed = self.lister(self.namespace, **self.kw)
+                    self.on_relist(listed.items)
+                    self.rv = listed.metadata.resource_version
+                self._w = watch.Watch()
+                for ev in self._w.stream(
+                    self.lister,
+                    self.namespace,
+                    resource_version=self.rv,
+                    timeout_seconds=60,
+                    **self.kw,
+                ):
+                    obj = ev["object"]
+                    if ev["type"] == "ERROR":  # a Status object, e.g. 410 Gone
+                        code = obj.get("code", 410) if isinstance(obj, dict) else 410
+                        raise ApiException(status=code)
+                    self.rv = obj.metadata.resource_version
+                    self.on_event(ev["type"], obj)
+                    if self._break.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:
+                    self.rv = None  # too old: relist and diff against what we knew
+            except Exception:
+                pass
+            self._break.clear()
+            if not self.stopped.is_set():
+                self.reconnects += 1
+                self.stopped.wait(0.2)
+
+    def interrupt(self) -> None:
+        """Break the current connection (as a network blip would); the watch resumes."""
+        self._break.set()
+        if self._w is not None:
+            self._w.stop()  # the stream ends after its next event, and the watch resumes
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.interrupt()
+
+
+def pod_view(pod, port: int) -> PodView:
+    return PodView(
+        name=pod.metadata.name,
+        version=_version(pod),
+        node=pod.spec.node_name,
+        address=f"{pod.status.pod_ip}:{port}" if pod.status.pod_ip else None,
+        phase=pod.status.phase or "Pending",
+        ready=_ready(pod),
+        terminating=pod.metadata.deletion_timestamp is not None,
+        restarts=sum(c.restart_count for c in (pod.status.container_statuses or [])),
+        created_at=_ts(pod.metadata.creation_timestamp),
+    )
+
+
+def _version(pod) -> str:
+    labels = pod.metadata.labels or {}
+    return labels.get("version") or pod.spec.containers[0].image.rsplit(":", 1)[-1]
+
+
+class Watching:
+    """Watches on pods, ReplicaSets, EndpointSlices and events, turned into the
+    same timestamped events as the local target; and the gateway pods' logs, followed."""
+
+    # --- watches -> events -----------------------------------------------------
+    def _relister(self, name: str, on_event):
+        def relist(items) -> None:
+            if name == "pods":
+                seen = {p.metadata.uid for p in items}
+                with self._lock:
+                    gone = [p for uid, p in self._pods.items() if uid not in seen]
+                for p in gone:
+                    self._on_pod("DELETED", p)  # missed while disconnected
+            for obj in items:
+                on_event("ADDED", obj)
+
+        return relist
+
+    def _on_pod(self, kind: str, pod) -> None:
+        uid = pod.metadata.uid
+        name, node = pod.metadata.name, pod.spec.node_name
+        version = _version(pod)
+        with self._lock:
+            old = self._pods.get(uid)
+            if kind == "DELETED":
+                self._pods.pop(uid, None)
+                if old is not None:
+                    self._events.emit("pod_removed", pod=name, node=node, version=version)
+                self._capacity_event()
+                return
+            self._pods[uid] = pod
+        emit = self._events.emit
+        if (old is None or not old.status.pod_ip) and pod.status.pod_ip:
+            emit(
+                "pod_created",
+                pod=name,
+                node=node,
+                version=version,
+                t=_ts(pod.metadata.creation_timestamp),
+                address=f"{pod.status.pod_ip}:{self.port}",
+            )
+        if old is not None and _ready(old) != _ready(pod):
+            emit("ready" if _ready(pod) else "unready", pod=name, node=node, version=version)
+        elif old is None and _ready(pod):
+            emit("ready", pod=name, node=node, version=version)
+        if pod.metadata.deletion_timestamp is not None and (
+            old is None or old.metadata.deletion_timestamp is None
+        ):
+            grace = pod.metadata.deletion_grace_period_seconds or 0
+            start = _ts(pod.metadata.deletion_timestamp) - grace
+            emit("terminating", pod=name, node=node, version=version, t=start, grace_s=grace)
+            prestop = prestop_s(pod.spec.containers[0])
+            if prestop and grace > prestop:
+                emit("prestop_started", pod=name, node=node, version=version, t=start)
+            # The kubelet sends SIGTERM once preStop returns: estimated from the pod spec.
+            emit(
+                "sigterm",
+                pod=name,
+                node=node,
+                version=version,
+                t=start + min(prestop, grace),
+                estimated=True,
+            )
+        restarts = sum(c.restart_count for c in (pod.status.container_statuses or []))
+        old_restarts = (
+            sum(c.restart_count for c in (old.status.container_statuses or [])) if old else restarts
+        )
+        if restarts > old_restarts:
+            emit("exited", pod=name, node=node, version=version, restarts=restarts)
+        self._capacity_event()
+
+    def _capacity_event(self) -> None:
+        with self._lock:
+            pods = list(self._pods.values())
+        live = [p for p in pods if p.metadata.deletion_timestamp is None]
+        cap = (sum(1 for p in live if _ready(p)), len(pods))
+        if cap != self._capacity:
+            self._capacity = cap
+            self._events.emit("capacity", ready=cap[0], available=cap[0], pods=cap[1])
+
+    def _on_rs(self, kind: str, rs) -> None:
+        if kind == "MODIFIED":
+            self._events.emit(
+                "replicaset",
+                replicaset=rs.metadata.name,
+                replicas=rs.spec.replicas,
+                ready=rs.status.ready_replicas or 0,
+            )
+
+    def _on_slice(self, kind: str, s) -> None:
+        svc = (s.metadata.labels or {}).get("kubernetes.io/service-name")
+        prev = self._slices
+        now = set()
+        for ep in s.endpoints or []:
+            if ep.conditions is None or ep.conditions.ready:
+                pod = ep.target_ref.name if ep.target_ref else None
+                for a in ep.addresses:
+                    now.add((a, pod))
+        before = prev.get(s.metadata.name, set())
+        if kind == "DELETED":
+            now = set()
+        for a, pod in sorted(now - before, key=str):
+            self._events.emit("endpoint_added", pod=pod, address=a, service=svc)
+        for a, pod in sorted(before - now, key=str):
+            self._events.emit("endpoint_removed", pod=pod, address=a, service=svc)
+        prev[s.metadata.name] = now
+
+    def _on_k8s_event(self, kind: str, ev) -> None:
+        if kind != "ADDED":
+            return
+        obj = ev.involved_object
+        self._events.emit(
+            "k8s_event",
+            pod=obj.name if obj.kind == "Pod" else None,
+            t=_ts(ev.last_timestamp or ev.event_time or ev.metadata.creation_timestamp),
+            reason=ev.reason,
+            message=(ev.message or "")[:300],
+            object=obj.kind,
+        )
+
+    def _stop_watches(self) -> None:
+        for w in self._watches:
+            w.stop()
+        for w in self._watches:
+            w.join(5)
+
+    def interrupt_watches(self) -> None:
+        """Break every watch connection once (tests the resume path)."""
+        for w in self._watches:
+            w.interrupt()
+
+    def _stream_gateway_logs(self) -> None:
+        """Follow the ingress controller pods' logs into gateway/access.log and error.log
+        (ingress-nginx writes both to its container output) until close(). A selector that
+        finds no pod, or a missing permission, stops the run here in one line."""
+        ns, selector = self.k.gateway_pods_namespace, self.k.gateway_pods_selector
+        folder = self.run_dir / "gateway"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._gw_files = (folder / "access.log", folder / "error.log")
+        if self._allowed("get", "pods", sub="log", namespace=ns) is False:
+            raise TargetError(
+                f"RBAC: not allowed to get pods/log in namespace {ns} (the gateway's logs); "
+                "grant the Role rollcheck-gateway-logs in deploy/rbac.yaml, or unset "
+                "kube.gateway_pods_selector"
+            )
+        try:
+            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+        except ApiException as exc:
+            raise self._error(exc, "list", "pods", f"gateway pods in {ns}") from None
+        pods = [p for p in pods if p.status.phase == "Running"]
+        if not pods:
+            raise TargetError(
+                f"kube.gateway_pods_selector {selector!r} matches no running pod in namespace "
+                f"{ns} (kube.gateway_pods_namespace); check both, e.g. "
+                "app.kubernetes.io/name=ingress-nginx in ingress-nginx"
+            )
+        self._gw_streams: list = []
+        for pod in pods:
+            try:
+                resp = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, ns, follow=True, since_seconds=1, _preload_content=False
+                )
+            except ApiException as exc:
+                raise self._error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
+            self._gw_streams.append(resp)
+            threading.Thread(
+                target=self._follow_log,
+                args=(resp,),
+                daemon=True,
+                name=f"gateway-log-{pod.metadata.name}",
+            ).start()
+
+    def _follow_log(self, resp) -> None:
+        from harness.gateway_logs import ERROR_LINE
+
+        access, error = (open(p, "a") for p in self._gw_files)
+        try:
+            buf = b""
+            for chunk in resp.stream(4096):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace")
+                    (error if ERROR_LINE.match(line) else access).write(line + "\n")
+                access.flush()
+                error.flush()
+        except Exception:
+            pass  # closed by close(), or the pod went away: its lines so far are kept
+        finally:
+            access.close()
+            error.close()
+
+    def _stop_gateway_logs(self) -> None:
+        for resp in getattr(self, "_gw_streams", []):
+            try:
+                resp.release_conn()
+                resp.close()
+            except Exception:
+                pass
+        self._gw_streams = []
