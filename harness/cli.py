@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 from harness.config import ConfigError
+from harness.errors import RollcheckError
 from harness.waits import hold
 
 
-class UsageError(Exception):
+class UsageError(RollcheckError):
     """Bad input from the user: printed as one line, exit 2."""
 
 
@@ -639,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_sigterm()
     try:
         return ns.func(ns)
-    except (UsageError, ConfigError) as exc:
+    except (RollcheckError, ConfigError) as exc:  # every user error: one line, exit 2
         print(f"rollcheck {ns.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:

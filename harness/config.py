@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 
+from harness.errors import RollcheckError
 
-class ConfigError(ValueError):
+
+class ConfigError(RollcheckError, ValueError):
     """Bad configuration: the message is one line, fit to print as it is."""
 
 

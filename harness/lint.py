@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from harness import rollout_math
+from harness.errors import RollcheckError
 
 SEVERITIES = ("info", "warning", "error")
 DEFAULT_ENGINE_IMAGES = [r"vllm", r"sglang", r"text-generation-inference", r"rollcheck[/-]sim"]
@@ -122,7 +123,7 @@ CONTAINER = {
 }
 
 
-class LintInputError(ValueError):
+class LintInputError(RollcheckError, ValueError):
     """Input that cannot be linted: one line naming the file and the document."""
 
 

@@ -21,6 +21,7 @@ import httpx
 
 import loadgen
 from harness.config import ConfigError
+from harness.errors import RollcheckError
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import wait_until
@@ -29,7 +30,7 @@ from loadgen.settings import LoadSettings
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
 
 
-class LoadError(RuntimeError):
+class LoadError(RollcheckError, RuntimeError):
     """The load could not run or lost requests: the message is one clear line."""
 
 

@@ -49,3 +49,37 @@ def test_import_contract(module, forbidden):
     loaded = loaded_with(module)
     broken = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)]
     assert not broken, f"{module} loads {broken}"
+
+
+# exceptions that are control flow, not user errors
+NOT_USER_ERRORS = {
+    "harness.scenario.ScenarioFailed",  # a verdict, reported by the plugin
+    "harness.scenario.DryRun",
+    "harness.scenario.ScenarioSkipped",
+    "harness.signals.Terminated",  # SIGTERM, unwound like Ctrl-C
+    "harness.sim.app.BadRequest",  # the simulator's own 400s, on the wire
+}
+
+
+def test_one_error_tree():
+    """Every error rollcheck raises for a user derives from RollcheckError: main and the
+    plugin print it as one line."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import harness
+    from harness.errors import RollcheckError
+
+    outside = []
+    for mod in pkgutil.walk_packages(harness.__path__, "harness."):
+        if mod.name == "harness.engines.build_model":  # runs in the engine's own Python
+            continue
+        m = importlib.import_module(mod.name)
+        for name, cls in inspect.getmembers(m, inspect.isclass):
+            where = f"{mod.name}.{name}"
+            if cls.__module__ != mod.name or not issubclass(cls, BaseException):
+                continue
+            if where not in NOT_USER_ERRORS and not issubclass(cls, RollcheckError):
+                outside.append(where)
+    assert not outside, f"errors outside the tree: {outside}"

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from harness.cluster.local.kubelet import die_with_parent
+from harness.errors import RollcheckError
 from harness.proc import PidFile, free_port, reap_leftovers
 from harness.waits import wait_until
 
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = ROOT / "scripts" / "build-kube"
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(RollcheckError, RuntimeError):
     """The control plane could not be built or started: one clear line."""
 
 

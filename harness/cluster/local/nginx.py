@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from harness.cluster.local.kubelet import die_with_parent
+from harness.errors import RollcheckError
 from harness.proc import children, cmdline
 from harness.waits import wait_until
 
@@ -31,7 +32,7 @@ LOG_FORMAT = (
 )
 
 
-class GatewayError(RuntimeError):
+class GatewayError(RollcheckError, RuntimeError):
     pass
 
 
