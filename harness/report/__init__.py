@@ -1,30 +1,6 @@
-"""The run folder: summary.json (machine-readable) and report.html (for people)."""
+"""The run folder: summary.json (summary.py, machine-readable), report.html (html.py, for
+people), written together by run.py; pages over several sessions in compare.py."""
 
-from __future__ import annotations
+from harness.report.run import write_run
 
-import json
-from pathlib import Path
-
-from harness.report.summary import build_summary
-
-
-def write_run(scenario, data, results, load_status: dict) -> dict:
-    """Write summary.json and report.html into the scenario's run folder."""
-    run_dir = Path(scenario.run_dir)
-    summary = build_summary(
-        scenario=scenario.kind,
-        name=scenario.name,
-        target=scenario.target.name,
-        data=data,
-        results=results,
-        load_status=load_status,
-        config=scenario.cfg,
-        target_obj=scenario.target,
-    )
-    summary |= getattr(scenario, "extras", {})
-    summary["report"] = str(run_dir / "report.html")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    from harness.report.html import write_report
-
-    write_report(run_dir)
-    return summary
+__all__ = ["write_run"]

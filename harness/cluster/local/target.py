@@ -1,0 +1,230 @@
+"""The embedded local target: simulator pods behind a real nginx, Kubernetes' lifecycle."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from pathlib import Path
+
+import httpx
+
+from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying
+from harness.cluster.config import RunConfig, Strategy
+from harness.cluster.local.controller import Controller, Template, scrape
+from harness.cluster.local.nginx import Nginx
+from harness.config import ConfigError, build
+from harness.events import Event, EventLog
+from harness.proc import PidFile, free_port, reap_leftovers
+
+__all__ = ["EvictionRefused", "LocalTarget"]
+
+# controller.kubernetes.io/pod-deletion-cost: the lowest cost goes first on scale-down
+DELETION_COST = -1000
+
+
+class LocalTarget(Target):
+    name = "local"
+
+    def __init__(self, config: RunConfig, run_dir: Path):
+        self.cfg = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._events = EventLog(self.run_dir / "events.jsonl")
+        self._pidfile = PidFile("local-target")
+        self.gateway = Nginx(
+            self.run_dir,
+            free_port(),
+            config.gateway.endpoint_delay_s,
+            config.gateway.read_timeout_s,
+            self._emit,
+        )
+        self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        if self.cfg.engine.kind == "vllm":
+            from harness.engines import vllm
+
+            surge, _ = self.cfg.strategy.resolve(self.cfg.replicas)
+            vllm.check_memory(self.cfg.replicas + max(1, surge))  # a replacement overlaps
+            vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)  # built once
+        reap_leftovers()
+        self.gateway.start()
+        self._remember("nginx", self.gateway.proc.pid)
+        self.controller.start()
+        self._started = True
+
+    def close(self) -> None:
+        if self._started:
+            self.controller.stop()
+            self.gateway.stop()
+            self._started = False
+        self._events.close()
+        self._pidfile.clear()
+
+    def __enter__(self) -> LocalTarget:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _emit(self, kind: str, **kw) -> Event:
+        ev = self._events.emit(kind, **kw)
+        if kind == "container_started":
+            self._remember(kw.get("pod", "?"), kw["pid"])
+        return ev
+
+    def _remember(self, name: str, pgid: int) -> None:
+        self._pidfile.remember(name, pgid)
+
+    # --- observation ---------------------------------------------------------------
+    @property
+    def gateway_url(self) -> str:
+        return self.gateway.url
+
+    def pods(self):
+        return self.controller.views()
+
+    def events(self) -> list[Event]:
+        return self._events.all()
+
+    def pod_metrics(self, name: str) -> dict[str, float]:
+        return scrape(self.controller.pod(name).spec.address)
+
+    def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
+        """Routing works and nginx has applied exactly the current ready endpoints."""
+        super().wait_gateway_serving(timeout_s)
+
+        def applied() -> bool:
+            ready = {p.address for p in self.ready_pods()}
+            return set(self.gateway.applied) == ready
+
+        self.wait_for(applied, timeout_s, "the gateway to apply the ready endpoints")
+
+    def pod_health(self, name: str) -> int | None:
+        try:
+            address = self.controller.pod(name).spec.address
+            return httpx.get(f"http://{address}/health", timeout=0.5).status_code
+        except (KeyError, httpx.HTTPError):
+            return None
+
+    def gateway_logs(self):
+        return self.gateway.access_log, self.gateway.error_log
+
+    def action(self, kind: str, **detail) -> Event:
+        return self._events.emit("action", action=kind, **detail)
+
+    # --- actions -------------------------------------------------------------------
+    def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
+        current = self.controller.template
+        settings = current.engine
+        if engine:
+            data = dataclasses.asdict(settings) | engine
+            try:
+                settings = build(type(settings), data, "engine")
+            except ConfigError as exc:
+                raise TargetError(str(exc)) from None
+        strategy = self.controller.strategy
+        changes = {
+            k: v
+            for k, v in (
+                ("max_surge", max_surge),
+                ("max_unavailable", max_unavailable),
+                ("min_ready_s", min_ready_s),
+            )
+            if v is not None
+        }
+        if changes:
+            strategy = dataclasses.replace(
+                strategy, **{k: str(v) if k != "min_ready_s" else v for k, v in changes.items()}
+            )
+            Strategy.validate(strategy)
+        self.action("rollout", to_version=version, engine=engine or {}, **changes)
+        self.controller.set_template(Template(version, settings), strategy)
+
+    def rollout_done(self) -> bool:
+        return self.controller.rollout_done()
+
+    def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
+        self.action("evict", pod=name)
+
+        def attempt() -> None:
+            try:
+                self.controller.evict(name)
+            except KeyError as exc:
+                raise TargetError(str(exc)) from None
+
+        # kubectl drain retries every 5 s; the local target's time is scaled down
+        evict_retrying(attempt, retry_deadline_s, interval_s=0.25)
+
+    def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
+        self.action("drain_node", node=node)
+        try:
+            self.controller.cordon(node)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+        victims = [p.name for p in self.pods() if p.node == node and not p.terminating]
+        for name in victims:
+            self.evict_pod(name, retry_deadline_s)
+        return victims
+
+    def uncordon(self, node: str) -> None:
+        self.controller.uncordon(node)
+
+    def scale(self, replicas: int) -> None:
+        if replicas < 0:
+            raise TargetError(f"cannot scale to {replicas} replicas")
+        self.action("scale", replicas=replicas)
+        self.controller.scale(replicas)
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        cap = self.cfg.gpus_per_node
+        if not cap:
+            return None
+        free = sum(
+            max(0, cap - sum(1 for p in self.controller.pods.values() if p.spec.node == n))
+            for n in self.controller.nodes
+            if n not in self.controller.cordoned
+        )
+        return free, 1
+
+    def scale_down(self, pod: str) -> None:
+        try:
+            self.controller.pod(pod)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+        replicas = self.controller.replicas - 1
+        self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=DELETION_COST)
+        self.controller.set_deletion_cost(pod, DELETION_COST)
+        self.controller.scale(replicas)
+
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.action("kill", pod=name, signal=signal.Signals(sig).name)
+        try:
+            self.controller.pod(name).signal(sig)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+
+    def delete_pod(self, name: str, grace_s: float | None = None) -> None:
+        self.action("delete", pod=name, grace_s=grace_s)
+        try:
+            self.controller.delete(name, grace_s)
+        except KeyError as exc:
+            raise TargetError(str(exc)) from None
+
+    def set_autoscaler(self, policy: str) -> None:
+        self.action("autoscaler", policy=policy)
+        self.controller.autoscaler = dataclasses.replace(self.controller.autoscaler, policy=policy)
+        self.controller.autoscaling = True
+
+
+class _Recorder:
+    """The controller's event sink: the target's log, with pids remembered."""
+
+    def __init__(self, target: LocalTarget):
+        self.target = target
+
+    def emit(self, kind: str, **kw) -> Event:
+        return self.target._emit(kind, **kw)

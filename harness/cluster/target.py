@@ -1,0 +1,235 @@
+"""Targets: one interface over the embedded local target and a Kubernetes cluster.
+
+A scenario never asks which target it runs on. Waiting lives here, so scenario
+files read as steady state, act, observe, judge.
+"""
+
+from __future__ import annotations
+
+import abc
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from harness.errors import RollcheckError
+from harness.events import Event
+from harness.waits import wait_until
+
+
+@dataclass
+class PodView:
+    """A pod as every target reports it."""
+
+    name: str
+    version: str
+    node: str | None
+    address: str | None  # ip:port, once the pod has an address
+    phase: str
+    ready: bool
+    terminating: bool
+    restarts: int
+    created_at: float
+
+
+class TargetError(RollcheckError, RuntimeError):
+    """The target cannot do what was asked: one clear line."""
+
+
+class CannotRun(TargetError):
+    """The target cannot run this scenario, found before acting: it is SKIPPED with the
+    reason (never a traceback, never a pass)."""
+
+
+class EvictionRefused(TargetError):
+    """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
+
+
+def evict_retrying(attempt: Callable[[], None], retry_deadline_s: float, interval_s: float) -> None:
+    """Evict as `kubectl drain` does, on both targets: a refusal (the PDB's 429, raised by
+    `attempt` as EvictionRefused) is retried every interval_s until retry_deadline_s,
+    and the last refusal is raised then."""
+    refused: list[EvictionRefused] = []
+
+    def evicted() -> bool:
+        try:
+            attempt()
+            return True
+        except EvictionRefused as exc:
+            refused[:] = [exc]
+            return False
+
+    wait_until(
+        evicted, retry_deadline_s, "an eviction", interval_s=interval_s, error=lambda _: refused[0]
+    )
+
+
+class Target(abc.ABC):
+    name: str
+    run_dir: Path
+
+    # --- lifecycle -----------------------------------------------------------
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop what the target started and put back what it changed."""
+
+    @property
+    @abc.abstractmethod
+    def gateway_url(self) -> str: ...
+
+    # --- observation ---------------------------------------------------------
+    @abc.abstractmethod
+    def pods(self) -> list[PodView]: ...
+
+    @abc.abstractmethod
+    def events(self) -> list[Event]: ...
+
+    @abc.abstractmethod
+    def pod_metrics(self, name: str) -> dict[str, float]: ...
+
+    @abc.abstractmethod
+    def pod_health(self, name: str) -> int | None:
+        """The status of the pod's /health, or None when it does not answer."""
+
+    @abc.abstractmethod
+    def gateway_logs(self) -> tuple[Path | None, Path | None]:
+        """Paths of the gateway's access and error logs (None when not available)."""
+
+    @abc.abstractmethod
+    def action(self, kind: str, **detail) -> Event:
+        """Record a scenario action on the event timeline."""
+
+    # --- actions -------------------------------------------------------------
+    @abc.abstractmethod
+    def rollout(
+        self,
+        version: str,
+        engine: dict | None = None,
+        max_surge: str | None = None,
+        max_unavailable: str | None = None,
+        min_ready_s: float | None = None,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def rollout_done(self) -> bool: ...
+
+    @abc.abstractmethod
+    def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None: ...
+
+    @abc.abstractmethod
+    def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]: ...
+
+    @abc.abstractmethod
+    def uncordon(self, node: str) -> None: ...
+
+    @abc.abstractmethod
+    def scale(self, replicas: int) -> None: ...
+
+    def node_drain_blocker(self) -> str | None:
+        """Why a node drain cannot be done here (a setting, a permission), or None."""
+        return None
+
+    def autoscaler_blocker(self) -> str | None:
+        """Why the autoscaler policy cannot be handed to here (no scaler to hand it to)."""
+        return None
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        """(GPUs free on schedulable nodes, GPUs one pod needs), or None when pods do not
+        hold GPUs here (or the count cannot be known)."""
+        return None
+
+    def auth_headers(self) -> dict[str, str]:
+        """The load's API key (load.api_key_env) for the harness's own calls."""
+        from loadgen.settings import auth_headers
+
+        cfg = getattr(self, "cfg", None)
+        try:
+            return auth_headers(cfg.load.api_key_env if cfg is not None else None)
+        except ValueError as exc:
+            raise TargetError(str(exc)) from None
+
+    def pod_endpoint(self, name: str) -> tuple[str, dict]:
+        """A base URL that reaches one pod's engine directly (not through the gateway),
+        and the httpx client settings it needs."""
+        pod = next((p for p in self.pods() if p.name == name), None)
+        if pod is None or not pod.address:
+            raise TargetError(f"pod {name!r} has no address yet")
+        return f"http://{pod.address}", {}
+
+    def scale_down(self, pod: str) -> None:
+        """Remove one replica, and make it `pod` (pod-deletion-cost, as a scaler can)."""
+        raise TargetError(f"{self.name}: cannot choose the replica a scale-down removes")
+
+    @abc.abstractmethod
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None: ...
+
+    @abc.abstractmethod
+    def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def set_autoscaler(self, policy: str) -> None: ...
+
+    # --- waiting (shared) ----------------------------------------------------
+    def wait_for(
+        self, cond: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05
+    ) -> None:
+        wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
+
+    def ready_pods(self) -> list:
+        return [p for p in self.pods() if p.ready and not p.terminating]
+
+    def wait_settled(self, replicas: int, timeout_s: float = 60.0) -> None:
+        """Exactly `replicas` pods, all ready, none terminating, the rollout done."""
+
+        def settled() -> bool:
+            pods = self.pods()
+            return (
+                self.rollout_done()
+                and len(pods) == replicas
+                and all(p.ready and not p.terminating for p in pods)
+            )
+
+        self.wait_for(settled, timeout_s, f"{replicas} settled pods")
+        if replicas:
+            self.wait_gateway_serving(timeout_s)
+
+    def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
+        """The gateway routes to a ready engine (it learns of endpoints late)."""
+
+        headers = self.auth_headers()
+
+        def serving() -> bool:
+            try:
+                r = httpx.get(self.gateway_url + "/v1/models", headers=headers, timeout=2)
+                return r.status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        self.wait_for(serving, timeout_s, "the gateway to route to a ready pod", 0.1)
+
+    def wait_pod_gone(self, name: str, timeout_s: float = 60.0) -> None:
+        self.wait_for(
+            lambda: all(p.name != name for p in self.pods()), timeout_s, f"pod {name} to be gone"
+        )
+
+    def in_flight(self, name: str) -> int:
+        return int(self.pod_metrics(name).get("vllm:num_requests_running", 0))
+
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
+        """The ready pod with the most running sequences, once it has min_in_flight."""
+        best: list = []
+
+        def found() -> bool:
+            ranked = sorted(self.ready_pods(), key=lambda p: -self.in_flight(p.name))
+            if ranked and self.in_flight(ranked[0].name) >= min_in_flight:
+                best[:] = [ranked[0]]
+                return True
+            return False
+
+        self.wait_for(found, timeout_s, f"a pod with {min_in_flight} streams in flight", 0.1)
+        return best[0]
