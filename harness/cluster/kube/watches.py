@@ -3,6 +3,7 @@ resourceVersion (410 Gone -> relist), and the gateway pods' logs."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 from kubernetes import watch
@@ -248,6 +249,7 @@ class Watching:
                 "app.kubernetes.io/name=ingress-nginx in ingress-nginx"
             )
         self._gw_streams: list = []
+        self._gw_followers: list[threading.Thread] = []
         for pod in pods:
             try:
                 resp = self.core.read_namespaced_pod_log(
@@ -256,12 +258,14 @@ class Watching:
             except ApiException as exc:
                 raise self._error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
             self._gw_streams.append(resp)
-            threading.Thread(
+            follower = threading.Thread(
                 target=self._follow_log,
                 args=(resp,),
                 daemon=True,
                 name=f"gateway-log-{pod.metadata.name}",
-            ).start()
+            )
+            self._gw_followers.append(follower)
+            follower.start()
 
     def _follow_log(self, resp) -> None:
         from harness.gateway_logs import ERROR_LINE
@@ -284,10 +288,22 @@ class Watching:
             error.close()
 
     def _stop_gateway_logs(self) -> None:
+        """End the follows. Closing a response another thread is reading blocks on that
+        read (a follow that never ends): shut the socket down first, so the read returns,
+        let the followers write what they have, then close."""
+        for resp in getattr(self, "_gw_streams", []):
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for follower in getattr(self, "_gw_followers", []):
+            follower.join(5)
         for resp in getattr(self, "_gw_streams", []):
             try:
                 resp.release_conn()
                 resp.close()
             except Exception:
                 pass
-        self._gw_streams = []
+        self._gw_streams, self._gw_followers = [], []

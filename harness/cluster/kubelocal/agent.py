@@ -22,6 +22,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.config import PodSettings, Probe
+from harness.cluster.kubelocal.kubeletlogs import LOG_FILE_ANNOTATION, KubeletLogServer
 from harness.cluster.kubelocal.podnet import PodNetwork
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.podspec import prestop_s
@@ -71,6 +72,7 @@ class NodeAgent:
         gpus_per_node: int = 8,
         events: EventLog | None = None,
         net: PodNetwork | None = None,
+        tls: tuple[Path, Path] | None = None,
     ):
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
@@ -87,6 +89,8 @@ class NodeAgent:
         self._dirty = threading.Event()
         self.net = net or PodNetwork()
         self.pod_ips: dict[str, str] = {}  # uid -> pod IP
+        # the kubelet's log endpoint (pods/log), served with the given certificate
+        self.logs = KubeletLogServer(self.log_file, *tls) if tls else None
         self._threads = [
             threading.Thread(target=self._leases, name="agent-leases", daemon=True),
             threading.Thread(target=self._watch_pods, name="agent-watch", daemon=True),
@@ -95,6 +99,9 @@ class NodeAgent:
 
     # --- nodes -------------------------------------------------------------------
     def start(self) -> NodeAgent:
+        if self.logs is not None:
+            self.logs.start()
+            self.net.allow_kubelet("127.0.0.1", self.logs.port)
         for name in self.nodes:
             self._register(name)
         for t in self._threads:
@@ -139,6 +146,7 @@ class NodeAgent:
                     "lastTransitionTime": now,
                 }
             ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.logs.port if self.logs else 0}},
             "nodeInfo": {
                 "kubeletVersion": "v1.35.4-rollcheck",
                 "kubeProxyVersion": "",
@@ -301,6 +309,8 @@ class NodeAgent:
         version = (pod.metadata.labels or {}).get("version") or c.image.rsplit(":", 1)[-1]
         spec = PodSpec(name, version, pod.spec.node_name, ip, port, command, pod_settings(pod), env)
         runner = PodRunner(spec, self._emit(ns), self.dir, on_change=self._dirty.set)
+        named = (pod.metadata.annotations or {}).get(LOG_FILE_ANNOTATION)
+        runner.log_file = Path(named) if named else self.dir / f"{name}.log"
         runner.uid = uid
         runner.container = c.name
         runner.image = c.image
@@ -450,6 +460,11 @@ class NodeAgent:
                     return self.runners[uid].spec.address
         return None
 
+    def log_file(self, namespace: str, name: str) -> Path | None:
+        """The file behind a container's log on this node (kubeletlogs.py)."""
+        r = self.runner(namespace, name)
+        return getattr(r, "log_file", None) if r is not None else None
+
     def runner(self, namespace: str, name: str) -> PodRunner | None:
         with self._lock:
             for uid, (ns, n) in self.pods.items():
@@ -460,6 +475,8 @@ class NodeAgent:
     def stop(self) -> None:
         self._stop.set()
         self._dirty.set()
+        if self.logs is not None:
+            self.logs.stop()
         _close_watch(getattr(self, "_watch", None))
         with self._lock:
             runners = list(self.runners.values())

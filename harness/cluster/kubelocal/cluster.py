@@ -11,6 +11,7 @@ from kubernetes.client.rest import ApiException
 
 from harness.cluster.kubelocal.agent import NodeAgent, _close_watch
 from harness.cluster.kubelocal.controlplane import ControlPlane, ControlPlaneError
+from harness.cluster.kubelocal.kubeletlogs import LOG_FILE_ANNOTATION
 from harness.cluster.kubelocal.podnet import ConnectProxy, PodNetwork
 from harness.cluster.local.nginx import Nginx
 from harness.events import EventLog
@@ -31,12 +32,15 @@ class EndpointSliceIngress:
         events: EventLog,
         net: PodNetwork,
         delay_s: float = 0.0,
+        access_format: str = "rollcheck",
     ):
         self.discovery = client.DiscoveryV1Api(api)
         self.namespace, self.service = namespace, service
         self.events = events
         self.net = net
-        self.nginx = Nginx(Path(run_dir), free_port(), delay_s, 3600, events.emit)
+        self.nginx = Nginx(
+            Path(run_dir), free_port(), delay_s, 3600, events.emit, access_format=access_format
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="ingress", daemon=True)
         self._current: tuple[str, ...] | None = None
@@ -145,8 +149,15 @@ class KubeLocal:
             self.control_plane.egress_config = self.proxy.egress_config()
             self.control_plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
+            pki = self.control_plane.dir / "pki"
             self.agent = NodeAgent(
-                self.api, self.node_names, self.run_dir, self.gpus, self.events, self.net
+                self.api,
+                self.node_names,
+                self.run_dir,
+                self.gpus,
+                self.events,
+                self.net,
+                tls=(pki / "apiserver.crt", pki / "apiserver.key"),
             ).start()
         except BaseException:
             self.stop()
@@ -157,7 +168,11 @@ class KubeLocal:
         utils.create_from_yaml(self.api, str(path), namespace=namespace)
 
     def ingress(
-        self, service: str, namespace: str = "default", delay_s: float = 0.0
+        self,
+        service: str,
+        namespace: str = "default",
+        delay_s: float = 0.0,
+        access_format: str = "rollcheck",
     ) -> EndpointSliceIngress:
         ing = EndpointSliceIngress(
             self.api,
@@ -170,9 +185,28 @@ class KubeLocal:
             self.events,
             self.net,
             delay_s,
+            access_format,
         )
         self.ingresses.append(ing.start())
         return ing
+
+    def ingress_controller_pod(self, ing: EndpointSliceIngress, namespace: str) -> str:
+        """A pod standing for ingress-nginx's controller: labelled as ingress-nginx labels
+        its pods, its log the ingress's own (the node agent serves it for pods/log). The
+        ingress writes ingress-nginx's upstreaminfo format (ingress(access_format=...))."""
+        name = f"ingress-nginx-controller-{ing.service}"
+        client.CoreV1Api(self.api).create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {"app.kubernetes.io/name": "ingress-nginx"},
+                    "annotations": {LOG_FILE_ANNOTATION: str(ing.nginx.access_log)},
+                },
+                "spec": {"containers": [{"name": "controller", "image": "rollcheck/sim:v1"}]},
+            },
+        )
+        return name
 
     def stop_ingresses(self, namespace: str) -> None:
         """Stop the ingresses serving a namespace (before it is deleted)."""

@@ -248,6 +248,9 @@ class ControlPlane:
                 "--enable-priority-and-fairness=false",
                 "--endpoint-reconciler-type",
                 "none",
+                # pods/log: the node agent's kubelet endpoint at the node's InternalIP
+                "--kubelet-preferred-address-types",
+                "InternalIP",
                 *self._egress_flags(),
             ],
         )

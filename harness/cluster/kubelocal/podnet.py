@@ -4,7 +4,7 @@ Kubernetes refuses loopback addresses in EndpointSlices, so pods get addresses i
 a pod CIDR (as a CNI would assign) while their processes listen on 127.x
 addresses. Nothing dials a pod IP directly: the ingress translates through this
 table, and the API server reaches pods (pods proxy) through its egress selector,
-an HTTP CONNECT proxy that only ever connects to addresses in the table.
+an HTTP CONNECT proxy that only ever connects to addresses in the table (and the node agent's kubelet log endpoint).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class PodNetwork:
         self._lock = threading.Lock()
         self._seq = 0
         self._to_local: dict[str, str] = {}
+        self._kubelets: set[tuple[str, int]] = set()
 
     def allocate(self) -> tuple[str, str]:
         """A pod IP and the loopback address its process listens on."""
@@ -39,6 +40,19 @@ class PodNetwork:
     def release(self, pod_ip: str) -> None:
         with self._lock:
             self._to_local.pop(pod_ip, None)
+
+    def allow_kubelet(self, address: str, port: int) -> None:
+        """A node's kubelet endpoint, the one other address the API server may dial."""
+        with self._lock:
+            self._kubelets.add((address, port))
+
+    def dial(self, host: str, port: int) -> str | None:
+        """Where a CONNECT to host:port goes: a pod's loopback address, a kubelet, or
+        nowhere (None)."""
+        with self._lock:
+            if (host, port) in self._kubelets:
+                return host
+            return self._to_local.get(host)
 
 
 class ConnectProxy:
@@ -88,8 +102,8 @@ egressSelections:
             host, _, port = (
                 line[1].rpartition(":") if len(line) > 1 and line[0] == "CONNECT" else ("", "", "")
             )
-            local = self.net.local(host)
-            if local is None:  # never dial anything that is not one of our pods
+            local = self.net.dial(host, int(port)) if port.isdigit() else None
+            if local is None:  # never dial anything that is not one of our pods or kubelets
                 conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
                 return
             upstream = socket.create_connection((local, int(port)), timeout=5)

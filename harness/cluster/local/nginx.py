@@ -30,6 +30,15 @@ LOG_FORMAT = (
     '"upstream_response_time":"$upstream_response_time","request":"$request"'
     "}';"
 )
+# ingress-nginx's default log-format-upstream, as its controller pods write it
+# ($proxy_upstream_name and $req_id are ingress-nginx's own variables: here a fixed
+# upstream name, and the client's X-Request-Id, which ingress-nginx keeps as $req_id)
+UPSTREAMINFO_FORMAT = (
+    'log_format upstreaminfo \'$remote_addr - $remote_user [$time_local] "$request" '
+    '$status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length '
+    "$request_time [rollcheck-engines-8000] [] $upstream_alias $upstream_response_length "
+    "$upstream_response_time $upstream_status $http_x_request_id';"
+)
 
 
 class GatewayError(RollcheckError, RuntimeError):
@@ -56,7 +65,14 @@ class Nginx:
         endpoint_delay_s: float,
         read_timeout_s: float,
         emit=lambda *a, **k: None,
+        access_format: str = "rollcheck",
     ):
+        """access_format: rollcheck (JSON lines, access.log and error.log), or
+        upstreaminfo (ingress-nginx's: access and error lines in one controller.log, as
+        its pod's log interleaves them)."""
+        if access_format not in ("rollcheck", "upstreaminfo"):
+            raise ValueError(f"access_format must be rollcheck or upstreaminfo: {access_format!r}")
+        self.access_format = access_format
         self.dir = Path(run_dir) / "gateway"
         self.port = port
         self.delay_s = endpoint_delay_s
@@ -81,11 +97,11 @@ class Nginx:
 
     @property
     def access_log(self) -> Path:
-        return self.dir / "access.log"
+        return self.dir / ("access.log" if self.access_format == "rollcheck" else "controller.log")
 
     @property
     def error_log(self) -> Path:
-        return self.dir / "error.log"
+        return self.dir / ("error.log" if self.access_format == "rollcheck" else "controller.log")
 
     def start(self) -> None:
         binary = find_nginx()
@@ -205,11 +221,12 @@ class Nginx:
         return f"""daemon off;
 worker_processes 1;
 pid nginx.pid;
-error_log error.log error;
+error_log {self.error_log.name} error;
 events {{ worker_connections 8192; }}
 http {{
     {LOG_FORMAT}
-    access_log access.log rollcheck;
+    {UPSTREAMINFO_FORMAT}
+    access_log {self.access_log.name} {self.access_format};
     client_body_temp_path client_body;
     proxy_temp_path proxy;
     client_body_buffer_size 1m;
