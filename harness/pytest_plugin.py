@@ -151,10 +151,14 @@ def target(request, rollcheck_config, run_dir):
         from harness.cluster.local import LocalTarget
 
         tgt = LocalTarget(rollcheck_config, run_dir)
-    else:
-        from harness.cluster.kube import KubeTarget
+        if rollcheck_config.kube.dry_run:
+            from harness.dryrun import DryRunTarget
 
-        tgt = KubeTarget(rollcheck_config, run_dir)
+            tgt = DryRunTarget(tgt)
+    else:
+        from harness.cluster.kube import kube_target
+
+        tgt = kube_target(rollcheck_config, run_dir)
     try:
         tgt.start()
         # bringing the target up is not under test: scenario.settle_s allows for slow
@@ -177,10 +181,12 @@ def target(request, rollcheck_config, run_dir):
 @pytest.fixture
 def scenario(request, rollcheck_config, target, run_dir):
     """The scenario helper: steady state, act, observe, judge."""
+    from harness.dryrun import DryRunScenario
     from harness.scenario import Scenario
 
     kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
-    sc = Scenario(request.node.name, kind, rollcheck_config, target, run_dir)
+    cls = DryRunScenario if rollcheck_config.kube.dry_run else Scenario
+    sc = cls(request.node.name, kind, rollcheck_config, target, run_dir)
     yield sc
     if sc.load is not None:
         sc.load.close()

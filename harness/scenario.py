@@ -57,7 +57,8 @@ class Scenario:
 
     @property
     def dry_run(self) -> bool:
-        return bool(getattr(self.target, "dry_run", False))
+        """False here; harness/dryrun.py's DryRunScenario walks the steps without acting."""
+        return False
 
     @property
     def thresholds(self) -> Thresholds:
@@ -67,9 +68,6 @@ class Scenario:
     # --- steady state --------------------------------------------------------------
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
         """Start the load, let it warm up, wait for streams in flight."""
-        if self.dry_run:
-            self.target.action("steady_state", dry_run=True)
-            return
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
         self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
         self.load.preflight()
@@ -94,8 +92,6 @@ class Scenario:
         """The ready pod with the most streams in flight by its engine's own metrics: the
         one to disturb. If no pod reaches scenario.in_flight in time, the run is
         inconclusive: there would be nothing in flight to judge."""
-        if self.dry_run:
-            return self.target.ready_pods()[0]
         n = self.cfg.scenario.in_flight if min_in_flight is None else min_in_flight
         try:
             return self.target.busiest_pod(n, timeout_s=self.cfg.scenario.steady_state_s)
@@ -109,8 +105,7 @@ class Scenario:
         """Name the pods the disruption is aimed at, and read how many streams each is
         running by its engine's metrics (the evidence when streams cannot be traced)."""
         self.victims = list(pods)
-        if not self.dry_run:
-            self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
+        self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
 
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
@@ -125,8 +120,6 @@ class Scenario:
     def _wait_seen_terminating(self, pods: list[str]) -> None:
         """The target's view (a watch, on Kubernetes) lags the API: until it shows the
         evicted pods terminating, 'recovered' would be judged on the world before."""
-        if self.dry_run:
-            return
 
         def seen() -> bool:
             live = {p.name: p for p in self.target.pods()}
@@ -146,9 +139,6 @@ class Scenario:
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
-        if self.dry_run:
-            self.target.action("load_step", users=self.cfg.scenario.step_users)
-            return
         step_at = self.load.wait_until_step(
             self.load.settings.step_at_s + self.cfg.scenario.steady_state_s
         )
@@ -158,8 +148,6 @@ class Scenario:
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
         """Poll the pod's /health in the background until judged (drain behaviour)."""
-        if self.dry_run:
-            return
 
         def poll() -> None:
             while not self._health_stop.wait(period_s):
@@ -185,9 +173,6 @@ class Scenario:
 
     def autoscale_for_step(self) -> int:
         """React to the load step as an HPA on in-flight requests per replica would."""
-        if self.dry_run:
-            self.target.scale(self.cfg.replicas + 1)
-            return self.cfg.replicas + 1
         self._sleep(self.cfg.scenario.hpa_sync_s)
         pods = self.target.ready_pods()
         busy = [self.target.pod_metrics(p.name) for p in pods]
@@ -268,14 +253,18 @@ class Scenario:
 
     def relint(self, min_startup_s: float) -> None:
         """On a live target, the preflight rules again with an observed start-up time."""
-        if hasattr(self.target, "relint") and not self.dry_run:
+        if hasattr(self.target, "relint"):
             self.target.relint(min_startup_s)
 
     def pod_probes(self) -> dict:
         """The startup and liveness probes the pods run: the live Deployment's on
         Kubernetes, the config's on the local target."""
-        if hasattr(self.target, "pod_probes") and not self.dry_run:
+        if hasattr(self.target, "pod_probes"):
             return self.target.pod_probes()
+        return self.configured_probes()
+
+    def configured_probes(self) -> dict:
+        """The startup and liveness probes as the config states them."""
         pod = self.cfg.pod
 
         def window(p):
@@ -317,17 +306,15 @@ class Scenario:
     def wait_load_idle(self) -> None:
         """Until no request of the load is in flight (a long answer has ended, one way or
         another), for at most scenario.recovery_s."""
-        if not self.dry_run:
-            self.wait_for(
-                lambda: self.load.counts()["in_flight"] == 0,
-                self.cfg.scenario.recovery_s,
-                "the answers in flight to end",
-            )
+        self.wait_for(
+            lambda: self.load.counts()["in_flight"] == 0,
+            self.cfg.scenario.recovery_s,
+            "the answers in flight to end",
+        )
 
     def cool_down(self, seconds: float | None = None) -> None:
         """Keep the load running after recovery (scenario.cool_down_s by default)."""
-        if not self.dry_run:
-            self._sleep(self.cfg.scenario.cool_down_s if seconds is None else seconds)
+        self._sleep(self.cfg.scenario.cool_down_s if seconds is None else seconds)
 
     def _sleep(self, seconds: float) -> None:
         hold(seconds, alive=self.load._check_alive if self.load is not None else None)
@@ -364,7 +351,7 @@ class Scenario:
     def require_gpus(self, surge: int) -> None:
         """Before acting: SKIPPED if a rollout's surge pods cannot get GPUs (they would
         stay Pending until the rollout timed out)."""
-        if self.dry_run or surge <= 0:
+        if surge <= 0:
             return
         free = self.target.free_gpus()
         if free is None:
@@ -400,13 +387,6 @@ class Scenario:
         slo_required: the phases that must hold requests for the SLO budgets to be
         evidence; slo_phases: the phases held to a budget."""
         self._health_stop.set()
-        if self.dry_run:
-            planned = [e.detail for e in self.target.events() if e.kind == "action"]
-            (self.run_dir / "plan.json").write_text(json.dumps(planned, indent=2, default=str))
-            raise DryRun(
-                f"dry run: {len(planned)} actions printed, none taken "
-                f"(plan in {self.run_dir / 'plan.json'})"
-            )
         result = self.load.stop()
         t_end = time.time()
         records = result.records

@@ -38,3 +38,24 @@ def test_kubeconfig_with_equals_reaches_the_target(tmp_path):
     assert r.returncode == 1
     assert f"kubeconfig {tmp_path}/none does not exist; pass --kubeconfig=PATH" in r.stdout
     assert "Traceback" not in r.stdout
+
+
+def test_dry_run_walks_the_scenario_and_touches_nothing(tmp_path):
+    """--dry-run wraps the target and the scenario: the actions are printed and planned,
+    no pod is evicted, signalled or replaced, and no load is sent."""
+    import json
+
+    r = pytest_run(
+        "scenarios", "-k", "drain and pod", "--dry-run", "-s", "-rs", "--reports-dir", str(tmp_path)
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stdout, r.stdout[-2000:]
+    assert '[dry-run] would evict {"pod": "rollcheck-sim-v1-' in r.stdout
+    (run,) = tmp_path.glob("*/test_drain_pod")
+    plan = json.loads((run / "plan.json").read_text())
+    assert [p["action"] for p in plan] == ["steady_state", "evict", "recovered"]
+    assert plan[1]["pod"].startswith("rollcheck-sim-v1-") and plan[1]["dry_run"]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    walked = max(e["t"] for e in events if e["kind"] == "action")  # before the teardown
+    touched = {"evicted", "terminating", "sigterm", "sigkill", "pod_removed"}
+    assert not [e for e in events if e["kind"] in touched and e["t"] <= walked]
+    assert not (run / "records.jsonl").exists()  # no load

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from harness.cluster import EvictionRefused, TargetError
 from harness.cluster.config import load_config
-from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
+from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget, kube_target
 from harness.proc import free_port
 from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for, wait_pdb_healthy
 from tests.scenario_runs import run_scenarios
@@ -155,7 +155,17 @@ def test_dry_run_takes_no_action(kube_local, namespace, deployed, tmp_path, caps
     deployed()
     before = deployment(kube_local, namespace).metadata.resource_version
     pods_before = {p.metadata.name for p in ready_pods(kube_local, namespace)}
-    t = target_for(kube_local, namespace, tmp_path, None, "kube.dry_run=true")
+    with pytest.raises(TargetError, match="kube_target"):  # never built dry by hand
+        target_for(kube_local, namespace, tmp_path, None, "kube.dry_run=true")
+    cfg = load_config(
+        None,
+        [
+            f"kube.kubeconfig={kube_local.kubeconfig}",
+            f"kube.namespace={namespace}",
+            "kube.dry_run=true",
+        ],
+    )
+    t = kube_target(cfg, tmp_path / "run")
     t.start()
     wait_for(lambda: len(t.pods()) == 2, 20, "the pod watch")
     victim = t.pods()[0].name

@@ -19,6 +19,20 @@ from harness.cluster.kube.restore import restore_pending
 from harness.cluster.kube.target import KubeTarget
 from harness.cluster.kube.watches import pod_view
 
+
+def kube_target(cfg, run_dir):
+    """The Kubernetes target for a config: wrapped in harness.dryrun.DryRunTarget when
+    kube.dry_run is set (the target itself never holds a dry-run branch)."""
+    import dataclasses
+
+    if not cfg.kube.dry_run:
+        return KubeTarget(cfg, run_dir)
+    from harness.dryrun import DryRunTarget
+
+    wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
+    return DryRunTarget(KubeTarget(wet, run_dir))
+
+
 __all__ = [
     "GPU",
     "KEDA_PAUSE",
@@ -27,6 +41,7 @@ __all__ = [
     "RESTORE",
     "KubeTarget",
     "connect",
+    "kube_target",
     "pod_view",
     "restore_pending",
 ]

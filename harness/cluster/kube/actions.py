@@ -35,8 +35,6 @@ class Actions:
             max_surge=max_surge,
             max_unavailable=max_unavailable,
         )
-        if self.dry_run:
-            return
         self._mark_restore_pending()
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         c = dep.spec.template.spec.containers[0]
@@ -79,8 +77,6 @@ class Actions:
         self._patch_deployment(body)
 
     def rollout_done(self) -> bool:
-        if self.dry_run:
-            return True
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         s, want = dep.status, dep.spec.replicas or 0
         done = (
@@ -97,8 +93,6 @@ class Actions:
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self._owned_pod(name)
         self.action("evict", pod=name)
-        if self.dry_run:
-            return
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=self.ns))
 
         def attempt() -> None:
@@ -121,18 +115,17 @@ class Actions:
             )
         victims = [p.name for p in self.pods() if p.node == node and not p.terminating]
         self.action("drain_node", node=node, pods=victims)
-        if not self.dry_run:
-            self._mark_restore_pending()
-            self._cordoned.append(node)
-            self._mark_restore_pending()  # the note names the node before it is cordoned
-            self.core.patch_node(node, {"spec": {"unschedulable": True}})
-            self._events.emit("cordoned", node=node)
+        self._mark_restore_pending()
+        self._cordoned.append(node)
+        self._mark_restore_pending()  # the note names the node before it is cordoned
+        self.core.patch_node(node, {"spec": {"unschedulable": True}})
+        self._events.emit("cordoned", node=node)
         for name in victims:  # only our Deployment's pods: the rest of the node is not ours
             self.evict_pod(name, retry_deadline_s)
         return victims
 
     def uncordon(self, node: str) -> None:
-        if node in self._cordoned and not self.dry_run:
+        if node in self._cordoned:
             self.core.patch_node(node, {"spec": {"unschedulable": False}})
             self._cordoned.remove(node)
 
@@ -143,8 +136,6 @@ class Actions:
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         replicas = (dep.spec.replicas or 0) - 1
         self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=-1000)
-        if self.dry_run:
-            return
         body = {
             "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}
         }
@@ -156,8 +147,6 @@ class Actions:
 
     def scale(self, replicas: int) -> None:
         self.action("scale", replicas=replicas)
-        if self.dry_run:
-            return
         self._mark_restore_pending()
         for so in self._scaled_objects():
             # KEDA owns the replica count: pause it at the wanted count instead of fighting it.
@@ -184,8 +173,6 @@ class Actions:
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         self._owned_pod(name)
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
-        if self.dry_run:
-            return
         if sig != signal.SIGKILL:
             raise TargetError(
                 f"only SIGKILL is supported on the kube target (force delete); "
@@ -196,8 +183,7 @@ class Actions:
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._owned_pod(name)
         self.action("delete", pod=name, grace_s=grace_s)
-        if not self.dry_run:
-            self._delete(name, grace_s)
+        self._delete(name, grace_s)
 
     def _delete(self, name: str, grace_s: float | None) -> None:
         body = client.V1DeleteOptions(
@@ -222,8 +208,6 @@ class Actions:
             raise CannotRun(blocker)
         keda, hpas = self._scaled_objects(), self._hpas()
         self.action("autoscaler", policy=policy, mode="wait", keda=keda, hpa=hpas)
-        if self.dry_run:
-            return
         for so in keda:
             self._keda_annotate(so, None)  # KEDA owns the replica count again
             if so in self._keda_paused:

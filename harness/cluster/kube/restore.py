@@ -30,8 +30,6 @@ class Restoring:
 
     def _mark_restore_pending(self) -> None:
         """Write (or rewrite) what to put back before changing anything."""
-        if self.dry_run:
-            return
         self._marked = True
         note = json.dumps(self._original | {"cordoned": self._cordoned})
         self._patch_deployment({"metadata": {"annotations": {RESTORE: note}}})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import json
 import threading
 from pathlib import Path
 
@@ -28,7 +27,11 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ns = self.k.namespace
-        self.dry_run = self.k.dry_run
+        if self.k.dry_run:  # acting for real when asked to dry-run: never
+            raise TargetError(
+                "kube.dry_run: build the target with harness.cluster.kube.kube_target(), "
+                "which wraps it in harness.dryrun.DryRunTarget"
+            )
         self._api = api
         self._events = EventLog(self.run_dir / "events.jsonl")
         self._pods: dict[str, object] = {}  # uid -> last pod
@@ -125,11 +128,4 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
         return access, error
 
     def action(self, kind: str, **detail) -> Event:
-        if self.dry_run and kind not in ("steady_state", "recovered", "health_probe"):
-            print(f"[dry-run] would {kind} {json.dumps(detail)}", flush=True)
-        return self._events.emit("action", action=kind, dry_run=self.dry_run, **detail)
-
-    def wait_for(self, cond, timeout_s, what, poll_s=0.05):
-        if self.dry_run:
-            return
-        super().wait_for(cond, timeout_s, what, poll_s)
+        return self._events.emit("action", action=kind, **detail)
