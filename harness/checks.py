@@ -254,6 +254,27 @@ def _slo_population(d: RunData) -> list[StreamRecord]:
     return [r for r in d.records if not (r.outcome == Outcome.CANCELLED and r.ttft_s is None)]
 
 
+def _slo_phases(d: RunData, kind: str, slo_s: float) -> dict[str, list]:
+    """Requests by the phase their SLO was judged in: when they were sent, except a
+    request that never got its first token, whose breach happens when it ended (or when
+    its SLO ran out, if earlier). A stream sent just before a pod kill and cut before its
+    first token is the disruption's doing, not a breach before it."""
+    out = d.by_phase(_slo_population(d))
+    if kind != "ttft":
+        return out
+    moved = {p: [] for p in PHASES}
+    for p in PHASES:
+        keep = []
+        for r in out[p]:
+            if r.ttft_s is None and r.ended_at is not None:
+                q = d.phases.at(min(r.ended_at, r.sent_at + slo_s))
+                (moved[q] if q != p else keep).append(r)
+            else:
+                keep.append(r)
+        out[p] = keep
+    return {p: out[p] + moved[p] for p in PHASES}
+
+
 def slo_budget_for(
     kind: str, required: tuple[str, ...] = ("during",), judged_phases: tuple[str, ...] = PHASES
 ) -> Callable:
@@ -271,7 +292,7 @@ def slo_budget_for(
         expected = {p: f"<= {budgets.get(p, 0):.0%} over {slo_s} s" for p in PHASES}
         if slo_s is None:
             return skipped(name, expected, f"slo.{kind}_s is not set")
-        by_phase = d.by_phase(_slo_population(d))
+        by_phase = _slo_phases(d, kind, slo_s)
         observed, bad, broke, judged_n = {}, [], [], 0
         for p in PHASES:
             recs = by_phase[p]
@@ -359,7 +380,7 @@ itl_slo_budget = slo_budget_for("itl")
 def goodput(d: RunData) -> dict:
     """Per phase: the share of requests that completed within their SLOs."""
     out = {}
-    by_phase = d.by_phase(_slo_population(d))
+    by_phase = _slo_phases(d, "ttft", d.ttft_slo_s)  # the phases the TTFT budget judges
     everyone = [r for p in PHASES for r in by_phase[p]]
     for p, recs in [*by_phase.items(), ("all", everyone)]:
         good = [

@@ -99,9 +99,13 @@ class Phases:
 
     def of(self, r: StreamRecord) -> str:
         """The phase a request belongs to, by when it was sent."""
-        if self.t_act is None or r.sent_at < self.t_act:
+        return self.at(r.sent_at)
+
+    def at(self, t: float) -> str:
+        """The phase a moment belongs to."""
+        if self.t_act is None or t < self.t_act:
             return "before"
-        if self.t_recovered is None or r.sent_at < self.t_recovered:
+        if self.t_recovered is None or t < self.t_recovered:
             return "during"
         return "after"
 

@@ -231,6 +231,21 @@ def test_requests_without_a_first_token_are_breaches():
     assert status(r) == "fail" and r.requests == ["e"]
 
 
+def test_a_stream_cut_by_the_disruption_before_its_first_token_is_judged_in_it():
+    """Sent 0.02 s before a pod kill and reset by it with no token: the kill's doing, not a
+    breach before the disruption (a pod_kill once FAILed its 'before' budget on this)."""
+    before = [rec(f"b{i}", sent=T - 3 + i * 0.1, dur=1) for i in range(10)]
+    cut = rec("cut", "reset", sent=T - 0.02, dur=0.03, ttft=None, pod="p1")
+    during = [rec(f"d{i}", sent=T + 1, dur=1) for i in range(3)]
+    r = C.ttft_slo_budget(data(before + [cut] + during))
+    assert r.observed["before"] == "0 of 10 (0.0%)"
+    assert r.observed["during"] == "1 of 4 (25.0%)" and status(r) == "pass"  # 25 % allowed
+    # one that waited out its SLO before the disruption is a breach before it
+    slow = rec("slow", "hung", sent=T - 3, dur=3.5, ttft=None)
+    r = C.ttft_slo_budget(data(before + [slow] + during))
+    assert r.observed["before"] == "1 of 11 (9.1%)" and status(r) == "fail"
+
+
 def test_ttft_budget_inconclusive_without_requests_in_the_disruption():
     r = C.ttft_slo_budget(data([rec("b", sent=T - 2, dur=1)]))
     assert status(r) == "inconclusive" and "during" in r.reason
