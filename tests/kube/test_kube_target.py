@@ -716,6 +716,7 @@ def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
 
     t = target_for(kube_local, namespace, tmp_path / "direct", None, "kube.pod_access=direct")
     t.start()
+    wait_for(lambda: any(p.name == pod for p in t.pods()), 30, "the watch to see the pod")
     assert t.pod_metrics(pod) == {} and t.pod_health(pod) is None
     assert t.pod_access_problem.startswith(f"engine /health of pod {pod} unreachable: pod IP 10.")
     with pytest.raises(TargetError, match=r"unreachable: pod IP 10\.[0-9.]+:[0-9]+: \w+"):
