@@ -56,7 +56,8 @@ REAL_ENGINE_DEFAULTS = {
         "stop_timeout_s": 30,
     },
     "slo": {"ttft_s": 5.0, "stall_timeout_s": 20},
-    "scenario": {"recovery_s": 300, "steady_state_s": 120, "cool_down_s": 3},
+    # settle: every replica of a real engine started (60-120 s each, two side by side)
+    "scenario": {"recovery_s": 300, "steady_state_s": 120, "cool_down_s": 3, "settle_s": 300},
     "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time
 }
 
