@@ -259,20 +259,14 @@ def _slo_phases(d: RunData, kind: str, slo_s: float) -> dict[str, list]:
     request that never got its first token, whose breach happens when it ended (or when
     its SLO ran out, if earlier). A stream sent just before a pod kill and cut before its
     first token is the disruption's doing, not a breach before it."""
-    out = d.by_phase(_slo_population(d))
-    if kind != "ttft":
-        return out
-    moved = {p: [] for p in PHASES}
-    for p in PHASES:
-        keep = []
-        for r in out[p]:
-            if r.ttft_s is None and r.ended_at is not None:
-                q = d.phases.at(min(r.ended_at, r.sent_at + slo_s))
-                (moved[q] if q != p else keep).append(r)
-            else:
-                keep.append(r)
-        out[p] = keep
-    return {p: out[p] + moved[p] for p in PHASES}
+    phases = d.phases
+    out: dict[str, list] = {p: [] for p in PHASES}
+    for r in _slo_population(d):
+        t = r.sent_at
+        if kind == "ttft" and r.ttft_s is None:
+            t = min(r.ended_at, r.sent_at + slo_s)
+        out[phases.at(t)].append(r)
+    return out
 
 
 def slo_budget_for(

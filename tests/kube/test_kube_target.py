@@ -36,6 +36,20 @@ def deployed(kube_local, namespace):
     return make
 
 
+def ingress_with_controller_pod(kube_local, namespace, deployed):
+    """deploy/sim behind an ingress writing ingress-nginx's format, and a running
+    ingress-nginx controller pod whose log (pods/log) is that ingress's."""
+    ingress = deployed(access_format="upstreaminfo")
+    controller = kube_local.ingress_controller_pod(ingress, namespace)
+    core = client.CoreV1Api(kube_local.api)
+    wait_for(
+        lambda: core.read_namespaced_pod(controller, namespace).status.phase == "Running",
+        60,
+        "the ingress controller pod",
+    )
+    return ingress, controller
+
+
 def target_for(kube_local, namespace, tmp_path, ingress=None, *sets) -> KubeTarget:
     base = [f"kube.kubeconfig={kube_local.kubeconfig}", f"kube.namespace={namespace}", "replicas=2"]
     if ingress is not None:
@@ -448,14 +462,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     load comes from deploy/locust's worker (its own shell loop, dialling the master's
     configured address, again for every scenario); a dated session folder with its JUnit
     file, the history page, and the restore."""
-    ingress = deployed(access_format="upstreaminfo")
-    controller = kube_local.ingress_controller_pod(ingress, namespace)
-    core = client.CoreV1Api(kube_local.api)
-    wait_for(
-        lambda: core.read_namespaced_pod(controller, namespace).status.phase == "Running",
-        60,
-        "the ingress controller pod",
-    )
+    ingress, _ = ingress_with_controller_pod(kube_local, namespace, deployed)
     root = Path(__file__).resolve().parents[2]
     port = free_port()
     workers = list(yaml.safe_load_all((root / "deploy/locust/workers.yaml").read_text()))
@@ -731,14 +738,8 @@ def test_pods_log_reaches_the_node_agent_and_follows_the_ingress_log(
     node agent) through the egress proxy; follow=true streams lines as they are written."""
     import httpx
 
-    ingress = deployed(access_format="upstreaminfo")
-    controller = kube_local.ingress_controller_pod(ingress, namespace)
+    ingress, controller = ingress_with_controller_pod(kube_local, namespace, deployed)
     core = client.CoreV1Api(kube_local.api)
-    wait_for(
-        lambda: core.read_namespaced_pod(controller, namespace).status.phase == "Running",
-        60,
-        "the ingress controller pod",
-    )
     resp = core.read_namespaced_pod_log(
         controller,
         namespace,
