@@ -101,6 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "write --kubeconfig=PATH (with '='), or set KUBECONFIG=PATH: with a space pytest "
             "takes the kubeconfig for a test path"
         )
+    if config.getoption("rollcheck_set") or config.getoption("config"):
+        # a bad --set or config file is one line now, not an error in every scenario's
+        # fixture set-up (with the fixture's code printed) after collection
+        _run_config(config)
 
 
 def _run_config(config: pytest.Config):

@@ -33,6 +33,22 @@ def test_kubeconfig_with_a_space_is_one_line_not_the_projects_own_tests(tmp_path
     assert "passed" not in r.stdout and "tests/" not in r.stdout  # nothing collected or run
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--set", "run.dir=x"], "--set run.dir=x: unknown setting 'run'; known here: autoscaler,"),
+        (["--set", "replicas=two"], "--set replicas=two: replicas: expected a whole number"),
+        (["--config", "nowhere.yaml"], "nowhere.yaml"),
+    ],
+)
+def test_a_bad_setting_is_one_line_before_anything_runs(args, said):
+    r = pytest_run("-k", "drain and pod", *args)
+    assert r.returncode == 4, r.stdout[-1000:]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("ERROR: ") and said in line, r.stderr
+    assert "def rollcheck_config" not in r.stdout and "passed" not in r.stdout
+
+
 def test_kubeconfig_with_equals_reaches_the_target(tmp_path):
     r = pytest_run("-k", "drain and pod", "--target", "kube", f"--kubeconfig={tmp_path}/none")
     assert r.returncode == 1

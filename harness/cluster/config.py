@@ -308,11 +308,23 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
     if kind == "vllm":
         data = _merged(data, REAL_ENGINE_DEFAULTS)
     data = apply_sets(data, sets or [])
-    where = str(path) if path else "config"
     try:
         return build(RunConfig, data)
     except ConfigError as exc:
+        culprit = _culprit(str(exc), sets or [])
+        where = f"--set {culprit}" if culprit else str(path) if path else "config"
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _culprit(message: str, sets: list[str]) -> str | None:
+    """The --set a config error is about, when the error names its key (or a parent)."""
+    for s in reversed(sets):  # the last --set of a key wins, so it is the one to blame
+        parts = s.split("=", 1)[0].strip().split(".")
+        for i in range(len(parts), 0, -1):
+            key = ".".join(parts[:i])
+            if message.startswith(key + ":") or f"'{key}'" in message:
+                return s
+    return None
 
 
 def _merged(base: dict, over: dict) -> dict:
