@@ -259,14 +259,13 @@ def _slo_phases(d: RunData, kind: str, slo_s: float) -> dict[str, list]:
     request that never got its first token, whose breach happens when it ended (or when
     its SLO ran out, if earlier). A stream sent just before a pod kill and cut before its
     first token is the disruption's doing, not a breach before it."""
-    phases = d.phases
-    out: dict[str, list] = {p: [] for p in PHASES}
-    for r in _slo_population(d):
-        t = r.sent_at
+
+    def when(r: StreamRecord) -> float:
         if kind == "ttft" and r.ttft_s is None:
-            t = min(r.ended_at, r.sent_at + slo_s)
-        out[phases.at(t)].append(r)
-    return out
+            return min(r.ended_at, r.sent_at + slo_s)
+        return r.sent_at
+
+    return d.by_phase(_slo_population(d), when)
 
 
 def slo_budget_for(

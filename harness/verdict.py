@@ -97,10 +97,6 @@ class Phases:
     t_recovered: float | None = None  # desired replicas ready again
     t_end: float | None = None  # load stopped
 
-    def of(self, r: StreamRecord) -> str:
-        """The phase a request belongs to, by when it was sent."""
-        return self.at(r.sent_at)
-
     def at(self, t: float) -> str:
         """The phase a moment belongs to."""
         if self.t_act is None or t < self.t_act:
@@ -143,12 +139,17 @@ class RunData:
     def phases(self) -> Phases:
         return Phases(self.t_start, self.t_act, self.t_recovered, self.t_end)
 
-    def by_phase(self, records: Sequence[StreamRecord] | None = None) -> dict[str, list]:
-        """Records (all of the run's by default) grouped by the phase they were sent in."""
+    def by_phase(
+        self,
+        records: Sequence[StreamRecord] | None = None,
+        when: Callable[[StreamRecord], float] | None = None,
+    ) -> dict[str, list]:
+        """Records (all of the run's by default) grouped by phase: the phase of the moment
+        `when` gives for each (by default, when it was sent)."""
         phases = self.phases
         out: dict[str, list] = {p: [] for p in PHASES}
         for r in self.records if records is None else records:
-            out[phases.of(r)].append(r)
+            out[phases.at(r.sent_at if when is None else when(r))].append(r)
         return out
 
     @property
