@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import signal
 
-from harness.cluster import Target
+from harness.cluster import Target, strategy_changes
 from harness.scenario import DryRun, Scenario
 
 QUIET = ("steady_state", "recovered", "health_probe")  # observations, not actions
@@ -44,13 +44,8 @@ class DryRunTarget:
 
     # --- actions: checked, printed, recorded, not taken ---------------------------
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
-        self.action(
-            "rollout",
-            to_version=version,
-            engine=engine or {},
-            max_surge=max_surge,
-            max_unavailable=max_unavailable,
-        )
+        changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
+        self.action("rollout", to_version=version, engine=engine or {}, **changes)
 
     def rollout_done(self) -> bool:
         return True
@@ -60,11 +55,7 @@ class DryRunTarget:
         self.action("evict", pod=name)
 
     def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
-        blocker = self._inner.node_drain_blocker()
-        if blocker:
-            from harness.cluster import TargetError
-
-            raise TargetError(f"cannot drain node {node}: {blocker}")
+        self._inner.check_node_drain(node)
         victims = [p.name for p in self._inner.pods() if p.node == node and not p.terminating]
         self.action("drain_node", node=node, pods=victims)
         for name in victims:

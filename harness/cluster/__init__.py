@@ -8,6 +8,15 @@ from harness.cluster.target import (
     Target,
     TargetError,
     evict_retrying,
+    strategy_changes,
 )
 
-__all__ = ["CannotRun", "EvictionRefused", "PodView", "Target", "TargetError", "evict_retrying"]
+__all__ = [
+    "CannotRun",
+    "EvictionRefused",
+    "PodView",
+    "Target",
+    "TargetError",
+    "evict_retrying",
+    "strategy_changes",
+]

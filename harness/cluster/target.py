@@ -47,6 +47,17 @@ class EvictionRefused(TargetError):
     """The PodDisruptionBudget does not allow this eviction now (HTTP 429)."""
 
 
+def strategy_changes(
+    max_surge: str | None = None,
+    max_unavailable: str | None = None,
+    min_ready_s: float | None = None,
+) -> dict:
+    """The rollout strategy fields a rollout sets (the ones given): what every target
+    applies and records on the rollout action."""
+    given = {"max_surge": max_surge, "max_unavailable": max_unavailable, "min_ready_s": min_ready_s}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def evict_retrying(attempt: Callable[[], None], retry_deadline_s: float, interval_s: float) -> None:
     """Evict as `kubectl drain` does, on both targets: a refusal (the PDB's 429, raised by
     `attempt` as EvictionRefused) is retried every interval_s until retry_deadline_s,
@@ -133,6 +144,12 @@ class Target(abc.ABC):
     def node_drain_blocker(self) -> str | None:
         """Why a node drain cannot be done here (a setting, a permission), or None."""
         return None
+
+    def check_node_drain(self, node: str) -> None:
+        """TargetError, before anything is cordoned, when a node drain may not be done."""
+        blocker = self.node_drain_blocker()
+        if blocker:
+            raise TargetError(f"cannot drain node {node}: {blocker}")
 
     def autoscaler_blocker(self) -> str | None:
         """Why the autoscaler policy cannot be handed to here (no scaler to hand it to)."""

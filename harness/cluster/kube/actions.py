@@ -11,7 +11,14 @@ import httpx
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.cluster import CannotRun, EvictionRefused, PodView, TargetError, evict_retrying
+from harness.cluster import (
+    CannotRun,
+    EvictionRefused,
+    PodView,
+    TargetError,
+    evict_retrying,
+    strategy_changes,
+)
 from harness.cluster.kube.common import KEDA_PAUSE, _int_or_str, _message
 from harness.cluster.metrics import parse_metrics
 from harness.sim.settings import flag_name
@@ -28,13 +35,8 @@ class Actions:
         raise TargetError(f"pod {name!r} is not a pod of {self.ns}/{self.k.deployment}")
 
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
-        self.action(
-            "rollout",
-            to_version=version,
-            engine=engine or {},
-            max_surge=max_surge,
-            max_unavailable=max_unavailable,
-        )
+        changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
+        self.action("rollout", to_version=version, engine=engine or {}, **changes)
         self._mark_restore_pending()
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         c = dep.spec.template.spec.containers[0]
@@ -108,14 +110,9 @@ class Actions:
         evict_retrying(attempt, retry_deadline_s, interval_s=1.0)
 
     def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
-        if not self.k.allow_node_drain:
-            raise TargetError(
-                f"draining node {node} cordons it for every workload: set "
-                "kube.allow_node_drain=true to allow it"
-            )
+        self.check_node_drain(node)
         victims = [p.name for p in self.pods() if p.node == node and not p.terminating]
         self.action("drain_node", node=node, pods=victims)
-        self._mark_restore_pending()
         self._cordoned.append(node)
         self._mark_restore_pending()  # the note names the node before it is cordoned
         self.core.patch_node(node, {"spec": {"unschedulable": True}})

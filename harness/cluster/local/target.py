@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying
+from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying, strategy_changes
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.nginx import Nginx
@@ -127,15 +127,7 @@ class LocalTarget(Target):
             except ConfigError as exc:
                 raise TargetError(str(exc)) from None
         strategy = self.controller.strategy
-        changes = {
-            k: v
-            for k, v in (
-                ("max_surge", max_surge),
-                ("max_unavailable", max_unavailable),
-                ("min_ready_s", min_ready_s),
-            )
-            if v is not None
-        }
+        changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
         if changes:
             strategy = dataclasses.replace(
                 strategy, **{k: str(v) if k != "min_ready_s" else v for k, v in changes.items()}
