@@ -83,3 +83,22 @@ def test_one_error_tree():
             if where not in NOT_USER_ERRORS and not issubclass(cls, RollcheckError):
                 outside.append(where)
     assert not outside, f"errors outside the tree: {outside}"
+
+
+def test_init_files_only_re_export():
+    """A package's __init__.py names what its modules hold and holds nothing itself: code
+    lives in a module named for it, where the next engineer looks for it."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    holding = []
+    for init in sorted((root / "harness").rglob("__init__.py")):
+        for node in ast.parse(init.read_text()).body:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            dunder = isinstance(node, ast.Assign) and [
+                getattr(t, "id", None) for t in node.targets
+            ] in (["__all__"], ["__version__"])
+            if not (docstring or dunder or isinstance(node, (ast.Import, ast.ImportFrom))):
+                holding.append(f"{init.relative_to(root)}:{node.lineno}")
+    assert not holding, f"__init__.py holding code, not re-exporting: {holding}"

@@ -16,22 +16,8 @@ restore.py; target.py assembles KubeTarget from them.
 
 from harness.cluster.kube.common import GPU, KEDA_PAUSE, NEEDED, OPT_IN, RESTORE, connect
 from harness.cluster.kube.restore import restore_pending
-from harness.cluster.kube.target import KubeTarget
+from harness.cluster.kube.target import KubeTarget, kube_target
 from harness.cluster.kube.watches import pod_view
-
-
-def kube_target(cfg, run_dir):
-    """The Kubernetes target for a config: wrapped in harness.dryrun.DryRunTarget when
-    kube.dry_run is set (the target itself never holds a dry-run branch)."""
-    import dataclasses
-
-    if not cfg.kube.dry_run:
-        return KubeTarget(cfg, run_dir)
-    from harness.dryrun import DryRunTarget
-
-    wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
-    return DryRunTarget(KubeTarget(wet, run_dir))
-
 
 __all__ = [
     "GPU",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -129,3 +130,14 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
 
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
+
+
+def kube_target(cfg, run_dir):
+    """The Kubernetes target for a config: wrapped in harness.dryrun.DryRunTarget when
+    kube.dry_run is set (the target itself never holds a dry-run branch)."""
+    if not cfg.kube.dry_run:
+        return KubeTarget(cfg, run_dir)
+    from harness.dryrun import DryRunTarget
+
+    wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
+    return DryRunTarget(KubeTarget(wet, run_dir))
