@@ -212,16 +212,11 @@ class Reader(threading.Thread):
 def engine_state(engine: Engine) -> str:
     """The engine's running/waiting gauges and its last 15 log lines."""
     try:
-        text = httpx.get(engine.url + "/metrics", timeout=5).text
-        gauges = [
-            ln
-            for ln in text.splitlines()
-            if ln.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{"))
-        ]
-    except httpx.HTTPError as exc:
-        gauges = [f"/metrics: {type(exc).__name__}"]
+        now = "{:g} running, {:g} waiting".format(*gauges(engine))
+    except (httpx.HTTPError, StopIteration) as exc:
+        now = f"/metrics: {type(exc).__name__}"
     tail = engine.log.read_text(errors="replace").splitlines()[-15:] if engine.log else []
-    return "; ".join(gauges) + "\nengine log:\n" + "\n".join(tail)
+    return now + "\nengine log:\n" + "\n".join(tail)
 
 
 def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: float = 60) -> str:

@@ -4,7 +4,8 @@ Kubernetes refuses loopback addresses in EndpointSlices, so pods get addresses i
 a pod CIDR (as a CNI would assign) while their processes listen on 127.x
 addresses. Nothing dials a pod IP directly: the ingress translates through this
 table, and the API server reaches pods (pods proxy) through its egress selector,
-an HTTP CONNECT proxy that only ever connects to addresses in the table (and the node agent's kubelet log endpoint).
+an HTTP CONNECT proxy that only ever connects to addresses in the table and to the
+node agent's kubelet log endpoint.
 """
 
 from __future__ import annotations
