@@ -268,6 +268,23 @@ def _slo_phases(d: RunData, kind: str, slo_s: float) -> dict[str, list]:
     return d.by_phase(_slo_population(d), when)
 
 
+def _cut_by_the_kill(d: RunData, slo_s: float) -> set[str]:
+    """pod_kill: the killed pod's own streams that the kill cut before their first token,
+    while their SLO still ran. The kill broke them, not a slow first token:
+    killed_streams_fail_fast judges them, and gateway_clean leaves their lines out too.
+    One that had waited out its SLO before the kill is still a breach."""
+    if not d.expect_broken_on_victims or d.t_act is None:
+        return set()
+    return {
+        r.request_id
+        for r in d.records
+        if r.pod in d.victims
+        and r.ttft_s is None
+        and r.outcome not in OK_OUTCOMES
+        and r.sent_at + slo_s > d.t_act
+    }
+
+
 def slo_budget_for(
     kind: str, required: tuple[str, ...] = ("during",), judged_phases: tuple[str, ...] = PHASES
 ) -> Callable:
@@ -286,6 +303,11 @@ def slo_budget_for(
         if slo_s is None:
             return skipped(name, expected, f"slo.{kind}_s is not set")
         by_phase = _slo_phases(d, kind, slo_s)
+        cut = _cut_by_the_kill(d, slo_s) if kind == "ttft" else set()
+        if cut:
+            by_phase = {p: [r for r in rs if r.request_id not in cut] for p, rs in by_phase.items()}
+        left_out = f", {len(cut)} on the killed pod cut before their first token left out"
+        left_out = left_out if cut else ""
         observed, bad, broke, judged_n = {}, [], [], 0
         for p in PHASES:
             recs = by_phase[p]
@@ -310,7 +332,8 @@ def slo_budget_for(
             where = "; ".join(broke)
             if pods:
                 where += f"; served by {', '.join(pods[:5])}"
-            return failed(name, observed, expected, f"{judged_n} requests", bad, f"{where}. {hint}")
+            population = f"{judged_n} requests{left_out}"
+            return failed(name, observed, expected, population, bad, f"{where}. {hint}")
         if not judged_n or empty:
             return inconclusive(
                 name,
@@ -319,7 +342,10 @@ def slo_budget_for(
                 observed,
             )
         return passed(
-            name, observed, expected, f"{judged_n} requests in {', '.join(judged_phases)}"
+            name,
+            observed,
+            expected,
+            f"{judged_n} requests in {', '.join(judged_phases)}{left_out}",
         )
 
     check.__name__ = f"{kind}_slo_budget"

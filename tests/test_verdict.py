@@ -246,6 +246,30 @@ def test_a_stream_cut_by_the_disruption_before_its_first_token_is_judged_in_it()
     assert r.observed["before"] == "1 of 11 (9.1%)" and status(r) == "fail"
 
 
+def test_pod_kill_leaves_its_victims_cut_streams_out_of_the_ttft_budget():
+    """pod_kill: a stream on the killed pod, cut before its first token while its SLO still
+    ran, is the kill's casualty (killed_streams_fail_fast judges it), not a slow first
+    token; a well-configured pod_kill once FAILed its 'during' budget on one (1 of 4)."""
+    before = [rec(f"b{i}", sent=T - 3 + i * 0.1, dur=1) for i in range(10)]
+    during = [rec(f"d{i}", sent=T + 1, dur=1) for i in range(3)]
+    cut = rec("cut", "reset", sent=T - 0.05, dur=0.05, ttft=None, pod="p1")
+    strict = {"ttft": {"before": 0.0, "during": 0.05, "after": 0.0}}
+    kill = dict(victims=["p1"], expect_broken_on_victims=True, slo_budgets=strict)
+    r = C.ttft_slo_budget(data(before + [cut] + during, **kill))
+    assert r.observed["during"] == "0 of 3 (0.0%)" and status(r) == "pass"
+    assert "1 on the killed pod cut before their first token left out" in r.population
+    # the same stream outside pod_kill, or on a pod that was not killed, is judged
+    r = C.ttft_slo_budget(data(before + [cut] + during, slo_budgets=strict))
+    assert r.observed["during"] == "1 of 4 (25.0%)" and status(r) == "fail"
+    elsewhere = rec("cut2", "reset", sent=T - 0.05, dur=0.05, ttft=None, pod="p2")
+    r = C.ttft_slo_budget(data(before + [elsewhere] + during, **kill))
+    assert status(r) == "fail"
+    # one on the killed pod that had waited out its SLO before the kill is still a breach
+    slow = rec("slow", "reset", sent=T - 3, dur=3.05, ttft=None, pod="p1")
+    r = C.ttft_slo_budget(data(before + [slow] + during, **kill))
+    assert r.observed["before"] == "1 of 11 (9.1%)" and status(r) == "fail"
+
+
 def test_ttft_budget_inconclusive_without_requests_in_the_disruption():
     r = C.ttft_slo_budget(data([rec("b", sent=T - 2, dur=1)]))
     assert status(r) == "inconclusive" and "during" in r.reason
