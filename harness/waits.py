@@ -30,26 +30,45 @@ def wait_until(
     alive: Callable[[], object] | None = None,
     detail: Callable[[], str] | None = None,
     sleep: Callable[[float], object] = time.sleep,
+    progress: Callable[[], object] | None = None,
+    ceiling_s: float | None = None,
 ) -> T:
     """Call `cond` every interval_s until it returns something truthy, and return that.
 
     alive: called before each try; it raises to end the wait early (a process that
     died). detail: a few words appended to the timeout message (the last status seen).
     error=None: a wait at most, returning the last (falsy) value at the deadline.
+    progress: while its value keeps changing (an engine's log growing as it loads
+    weights and compiles), timeout_s counts from its last change, up to ceiling_s in
+    all: a slow start that advances is waited for, a stuck one is not.
     The condition is always tried at least once, and once more at the deadline."""
-    deadline = time.monotonic() + timeout_s
+    start = last_change = time.monotonic()
+    seen = progress() if progress is not None else None
+    ceiling = start + (ceiling_s if ceiling_s is not None else timeout_s)
     while True:
         if alive is not None:
             alive()
         value = cond()
         if value:
             return value
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        if progress is not None:
+            current = progress()
+            if current != seen:
+                seen, last_change = current, now
+        deadline = min(last_change + timeout_s, max(ceiling, start + timeout_s))
+        left = deadline - now
         if left <= 0:
             if error is None:
                 return value
             extra = f" ({detail()})" if detail is not None else ""
-            raise error(f"timed out after {timeout_s:g} s waiting for {what}{extra}")
+            if progress is None:
+                took = f"{timeout_s:g} s"
+            elif now - last_change >= timeout_s:
+                took = f"{now - start:.0f} s, the last {timeout_s:g} s without progress,"
+            else:
+                took = f"{now - start:.0f} s (the ceiling)"
+            raise error(f"timed out after {took} waiting for {what}{extra}")
         sleep(min(interval_s, left))
 
 

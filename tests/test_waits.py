@@ -67,3 +67,28 @@ def test_evictions_are_retried_while_refused_and_the_last_refusal_is_raised():
         evict_retrying(always_refused, 0.02, interval_s=0.005)
     with pytest.raises(EvictionRefused, match="pdb"):
         evict_retrying(always_refused, 0, interval_s=1)  # no deadline: one try
+
+
+def test_a_wait_that_follows_progress_outlives_its_stall_bound_while_progress_comes():
+    """An engine's start is waited for while its log grows: 0.05 s without progress is the
+    bound, but a start that keeps logging is waited for past it (up to the ceiling)."""
+    ticks = itertools.count()
+    done_at = 40  # about 0.2 s of polls at 5 ms: four times the stall bound
+    n = 0
+
+    def cond():
+        nonlocal n
+        n = next(ticks)
+        return n >= done_at
+
+    assert wait_until(cond, 0.05, "a start", 0.005, progress=lambda: n, ceiling_s=5)
+
+
+def test_a_wait_that_follows_progress_fails_when_progress_stops_or_at_the_ceiling():
+    with pytest.raises(WaitTimeout, match=r"the last 0.05 s without progress, waiting for a start"):
+        wait_until(lambda: False, 0.05, "a start", 0.005, progress=lambda: 1, ceiling_s=5)
+    ticks = itertools.count()
+    with pytest.raises(WaitTimeout, match=r"\(the ceiling\) waiting for a start"):
+        wait_until(
+            lambda: False, 0.05, "a start", 0.005, progress=lambda: next(ticks), ceiling_s=0.1
+        )
