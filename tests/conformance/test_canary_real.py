@@ -1,7 +1,8 @@
 """The canary comparison against real vLLM: two locally built models with different
 seeds are a bad canary (their answers diverge at once), and the same model answers the
 same way twice under greedy decoding (a good canary). Two real servers side by side, a
-core each (about 9 GB)."""
+core each (about 9 GB); they start together only when the machine has a free core for
+each (StartGate), one after the other otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness.engines import vllm
-from tests.conformance.test_conformance import MODEL, start_engine
+from harness.engines.lab import MODEL, start_engine
+from harness.engines.startup import StartGate
 
 pytestmark = pytest.mark.engine
 
@@ -22,9 +24,10 @@ def two_models(tmp_path_factory):
     vllm.check_memory(2)
     log_dir = tmp_path_factory.mktemp("canary-engines")
     vllm.model_dir("tiny", 0), vllm.model_dir("tiny", 1)  # built once, before the servers
-    with ThreadPoolExecutor(2) as pool:  # side by side: their start-ups overlap
+    gate = StartGate.for_this_machine()
+    with ThreadPoolExecutor(2) as pool:
         futures = [
-            pool.submit(start_engine, "vllm", log_dir, model=("tiny", seed), core=seed)
+            pool.submit(start_engine, "vllm", log_dir, gate, model=("tiny", seed), core=seed)
             for seed in (0, 1)
         ]
     engines = [f.result() for f in futures if f.exception() is None]
