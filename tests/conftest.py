@@ -78,7 +78,7 @@ def sim_factory():
     started: list[RunningSim] = []
 
     def start(wait: bool = True, **kw) -> RunningSim:
-        settings = SimSettings(port=free_port(), **kw)
+        settings = SimSettings(**({"port": free_port()} | kw))
         sim = RunningSim(settings, start_sim(settings))
         started.append(sim)
         if wait:

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from harness.proc import refuses_connections
+from harness.proc import free_port, refuses_connections
 from harness.sim.settings import SimSettings
 
 pytestmark = pytest.mark.process
@@ -297,7 +297,7 @@ def test_sigterm_abort_and_legacy_modes(sim_factory, mode):
 
 
 def test_sigterm_hang_mode_keeps_connection_until_the_client_leaves(sim_factory):
-    """vLLM 0.32, default --shutdown-timeout 0, one of its two endings (measured): no more
+    """vLLM 0.32, default --shutdown-timeout 0, one of its three endings (measured): no more
     bytes, the listener closed at once, the socket held open; SIGKILL ends it, or the
     process exits once its clients give up."""
     sim = sim_factory(shutdown_mode="hang", itl_s=0.05)
@@ -350,19 +350,67 @@ def test_sigterm_error_event_mode(sim_factory):
     assert sim.exited_within(3) and time.monotonic() - t0 >= 0.3
 
 
-def test_race_mode_is_one_of_the_two_real_endings_and_seeded(sim_factory):
-    from harness.sim.app import race_ending
+def test_sigterm_abort_mode_as_vllm_0_32_sends_it(sim_factory):
+    """vLLM 0.32's third ending (measured): the running stream gets a final chunk with
+    finish_reason abort, its usage chunk and [DONE]; a request still queued gets only the
+    role chunk and [DONE]; the listener closes at once, the process exits soon after."""
+    sim = sim_factory(shutdown_mode="abort", itl_s=0.05, max_num_seqs=1)
+    payload = body(max_tokens=200, ignore_eos=True, stream_options={"include_usage": True})
+    reader = StreamReader(sim.url, payload)
+    reader.first_byte.wait(5)
+    queued = StreamReader(sim.url, body(max_tokens=5))
+    time.sleep(0.2)
+    sim.signal(signal.SIGTERM)
+    reader.join(5)
+    queued.join(5)
+    evs = events(reader.raw)
+    assert reader.finishes() == ["abort"] and "usage" in evs[-2] and evs[-1] == "[DONE]"
+    q = events(queued.raw)
+    assert len(q) == 2 and q[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert queued.finishes() == [] and q[1] == "[DONE]"
+    assert refuses_connections(sim.settings.port)
+    assert sim.exited_within(3)
+
+
+def test_race_mode_draws_every_measured_ending_by_its_weight():
+    """Over many pods the race gives each of vLLM 0.32's three endings about as often as
+    the SIGTERM benchmark measured it; one pod always the same (seeded)."""
+    from collections import Counter
+
+    from harness.sim.app import RACE_WEIGHTS, race_ending
 
     assert SimSettings().shutdown_mode == "race"  # the default: what vLLM 0.32 does
-    assert {race_ending(0, port) for port in range(8000, 8040)} == {"error_event", "hang"}
-    sim = sim_factory(itl_s=0.05)
+    draws = Counter(race_ending(0, port) for port in range(8000, 10000))
+    assert set(draws) == {"error_event", "hang", "abort"}
+    total = sum(RACE_WEIGHTS.values())
+    for ending, weight in RACE_WEIGHTS.items():
+        assert abs(draws[ending] / 2000 - weight / total) < 0.05, (ending, draws)
+    assert {race_ending(7, 8123) for _ in range(5)} == {race_ending(7, 8123)}
+
+
+@pytest.mark.parametrize("ending", ["error_event", "hang", "abort"])
+def test_race_mode_ends_a_stream_as_its_draw_says(sim_factory, ending):
+    """A pod whose draw is each ending (its seed chosen for its port) ends the stream
+    that way, with the listener closed at once."""
+    from harness.sim.app import race_ending
+
+    port = free_port()
+    seed = next(s for s in range(1000) if race_ending(s, port) == ending)
+    sim = sim_factory(itl_s=0.05, seed=seed, port=port)
     reader = StreamReader(sim.url, body(max_tokens=200, ignore_eos=True), timeout_s=2.0)
     reader.first_byte.wait(5)
     sim.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert refuses_connections(port)
     reader.join(10)
-    assert reader.finishes() == []  # never abort + [DONE]
-    ended = "error_event" if b"EngineCore" in reader.raw else "hang"
-    assert ended == race_ending(0, sim.settings.port)
+    evs = events(reader.raw)
+    if ending == "error_event":
+        assert evs[-2]["error"]["message"].startswith("EngineCore encountered an issue")
+        assert evs[-1] == "[DONE]" and reader.finishes() == []
+    elif ending == "abort":
+        assert reader.finishes() == ["abort"] and evs[-1] == "[DONE]"
+    else:
+        assert reader.error == "ReadTimeout" and reader.finishes() == []  # no more bytes
 
 
 def test_drain_finishes_in_flight_and_aborts_new(sim_factory):

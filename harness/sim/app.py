@@ -404,7 +404,7 @@ class Engine:
         if how == "race":
             how = race_ending(self.s.seed, self.s.port)
         self.ended_how = how
-        if how in ("error_event", "hang"):
+        if how in RACE_WEIGHTS:
             self.on_close_listener()  # vLLM 0.32 closes its listener within 0.16 s
         for stream in list(self.streams):
             stream.ending = how
@@ -763,11 +763,12 @@ class SimApp:
                     )
                 except TimeoutError:
                     pass
-            if req.chat and admitted and not decode_over(stream, disconnected):
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+            role.update(logprobs=None, finish_reason=None)
+            role_sent = req.chat and admitted and not decode_over(stream, disconnected)
+            if role_sent:
                 # vLLM: a queued request gets headers and then nothing; the role chunk
                 # comes with its first token
-                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-                role.update(logprobs=None, finish_reason=None)
                 await emit(self._chunk(req, created, role))
             # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
             midstream = (
@@ -824,7 +825,14 @@ class SimApp:
                 return
             if stream.ending == "legacy":
                 return  # pre-0.18: the stream closes with neither finish nor [DONE]
-            if stream.ending == "abort" and sent_tokens < len(tokens):
+            if stream.ending == "abort" and req.chat and sent_tokens == 0:
+                # vLLM 0.32 (measured): a request aborted before its first token, still
+                # queued at SIGTERM, gets the role chunk and [DONE], and no finish chunk
+                if not role_sent:
+                    await emit(self._chunk(req, created, role))
+                await emit(b"data: [DONE]\n\n")
+                metrics.success("abort")
+            elif stream.ending == "abort" and sent_tokens < len(tokens):
                 await finish_with("abort")
             else:
                 await finish_with(finish)
@@ -896,10 +904,17 @@ async def _keep_alive(send: Send, interval_s: float) -> None:
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
+# vLLM 0.32's endings at SIGTERM (--shutdown-timeout 0) and how often each came, measured
+# by benchmarks/bench_engine_sigterm.py (docs/facts.md): the two streams of one SIGTERM
+# always ended alike, so the race is drawn once per process
+RACE_WEIGHTS = {"error_event": 1.0, "hang": 1.0, "abort": 1.0}
+
+
 def race_ending(seed: int, port: int) -> str:
-    """Which of vLLM 0.32's two endings at SIGTERM this process takes: seeded by the
-    settings and the port, so a run repeats, and pods of one config differ."""
-    return random.Random(f"{seed}:{port}").choice(["error_event", "hang"])
+    """Which of vLLM 0.32's endings at SIGTERM this process takes, weighted as measured:
+    seeded by the settings and the port, so a run repeats, and pods of one config differ."""
+    endings, weights = zip(*RACE_WEIGHTS.items(), strict=True)
+    return random.Random(f"{seed}:{port}").choices(endings, weights)[0]
 
 
 def decode_over(stream: Stream, disconnected: asyncio.Event) -> bool:

@@ -6,11 +6,12 @@ import argparse
 from dataclasses import dataclass, fields
 
 # How streams still open end when the engine stops serving them (at SIGTERM with
-# --shutdown-timeout 0, or at the drain deadline). Measured on vLLM 0.32 (docs/facts.md):
-# a race between `error_event` (the EngineCore error in the stream, then [DONE]; exit
-# about 0.35 s later) and `hang` (no more bytes, sockets left open, no exit until
-# SIGKILL); in both the listener closes at once. `race` picks one per process, seeded.
-# `abort` (finish_reason abort + [DONE]) is what other builds' source promises;
+# --shutdown-timeout 0, or at the drain deadline). Measured on vLLM 0.32 (docs/facts.md,
+# benchmarks/bench_engine_sigterm.py): a race between `error_event` (the EngineCore error
+# in the stream, then [DONE]; exit about 0.35 s later), `hang` (no more bytes, sockets
+# left open, no exit until the clients leave or SIGKILL) and `abort` (a final chunk with
+# finish_reason abort, then [DONE]); in all three the listener closes at once. `race`
+# picks one per process, seeded, weighted as measured (sim/app.py RACE_WEIGHTS).
 # `legacy` closes without finish or [DONE] (before v0.18).
 SHUTDOWN_MODES = ("race", "error_event", "hang", "abort", "legacy")
 DRAIN_NEW_REQUESTS = ("500", "abort", "503")
@@ -102,10 +103,10 @@ _HELP = {
     "shutdown_timeout_s": "SIGTERM drain: 0 = abort in-flight at once (vLLM default), "
     "N = keep serving in-flight streams up to N s",
     "shutdown_mode": "how streams still open end at SIGTERM with --shutdown-timeout 0 or at "
-    "the drain deadline: race (vLLM 0.32 as measured: error_event or hang, seeded per process), "
-    "error_event (EngineCore error event + [DONE], exit 0.35 s later), hang (no more bytes, "
-    "no exit until SIGKILL), abort (finish_reason abort + [DONE]), legacy (close without "
-    "finish or [DONE], pre-0.18)",
+    "the drain deadline: race (vLLM 0.32 as measured: error_event, hang or abort, seeded per "
+    "process), error_event (EngineCore error event + [DONE], exit 0.35 s later), hang (no "
+    "more bytes, no exit until the clients leave or SIGKILL), abort (finish_reason abort + "
+    "[DONE]), legacy (close without finish or [DONE], pre-0.18)",
     "drain_new_requests": "new requests while draining: 500 (vLLM 0.32: HTTP 500 'cannot "
     "schedule new futures after shutdown', connection closed), abort (200 then "
     "finish_reason abort) or 503",

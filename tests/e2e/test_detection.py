@@ -24,12 +24,12 @@ def failed_checks(summary: dict) -> set[str]:
 CASES = [
     # (id, -k, sets, outcomes that must appear, checks that must fail)
     (
-        # vLLM 0.32's default: the engine core is killed at SIGTERM; streams get the
-        # EngineCore error event or hang (a race, seeded per pod)
+        # vLLM 0.32's default: the engine core is stopped at SIGTERM; streams get the
+        # EngineCore error event, hang or end abort + [DONE] (a race, seeded per pod)
         "drain-vllm-default",
         "drain and pod",
         ["engine.shutdown_timeout_s=0", LONG],
-        {"error_event", "hung"},
+        {"error_event", "hung", "aborted"},
         {"in_flight_streams_finish", "no_broken_streams"},
     ),
     *[
@@ -79,7 +79,7 @@ CASES = [
         "rollout-vllm-default",
         "rollout and surge1",
         ["engine.shutdown_timeout_s=0", LONG],
-        {"error_event", "hung"},
+        {"error_event", "hung", "aborted"},
         {"no_broken_streams"},
     ),
     (
@@ -87,8 +87,9 @@ CASES = [
         "scale_to_zero",
         ["autoscaler.policy=rate"],
         # the answer outlived the drain and was cut at its deadline: the error event, a
-        # hang the client notices, or, when SIGKILL at the grace period comes first, a reset
-        {"error_event", "hung", "reset"},
+        # hang the client notices, abort + [DONE], or, when SIGKILL at the grace period
+        # comes first, a reset
+        {"error_event", "hung", "aborted", "reset"},
         {"long_answer_finishes"},
     ),
     (
@@ -103,7 +104,7 @@ CASES = [
         "scale-down-blind-scaler",
         "scale_down",
         ["autoscaler.policy=rate"],
-        {"error_event", "hung", "reset"},
+        {"error_event", "hung", "aborted", "reset"},
         {"long_answer_survives_scale_down"},
     ),
     (
@@ -278,3 +279,23 @@ def test_a_rollout_the_nodes_cannot_hold_is_skipped_with_its_reason(tmp_path):
     index = next((tmp_path / "reports").glob("*/index.html")).read_text()
     assert ">SKIPPED<" in index and html.escape(reason) in index
     assert summary["requests"] == 0  # nothing was started: no load, no action
+
+
+def test_an_slo_this_machine_cannot_meet_is_said_before_acting(tmp_path):
+    """slo.calibrate measures an engine before the first scenario: a --set SLO below the
+    machine's unloaded TTFT is kept (and FAILs), and the user is told so before the
+    scenario acts, in the terminal and the report."""
+    proc, (summary,) = run_scenarios(
+        tmp_path, "drain and pod", "slo.calibrate=always", "slo.ttft_s=0.001"
+    )
+    out = proc.stdout
+    assert "rollcheck: measured one engine on this machine: TTFT" in out, out[-3000:]
+    warning = "rollcheck: WARNING: slo.ttft_s 0.001 s is not above this machine's unloaded TTFT"
+    assert warning in out
+    assert out.index(warning) < out.index("verdict FAIL")  # said before the verdict
+    cal = summary["calibration"]
+    assert cal["slo"]["ttft_s"] == 0.001 and cal["warnings"]
+    assert cal["figures"]["batch"] == 4 and cal["figures"]["ttft_unloaded_s"] > 0.001
+    assert "ttft_slo_budget" in failed_checks(summary)
+    report = (next(tmp_path.glob("*/*/report.html"))).read_text()
+    assert "This machine" in report and html.escape("is not above") in report
