@@ -38,10 +38,23 @@ SHUTDOWN_500 = "cannot schedule new futures after shutdown"
 
 # --- hints ---------------------------------------------------------------------------
 
+# vLLM 0.32, measured (docs/facts.md, benchmarks/bench_engine_sigterm.py): at SIGTERM with
+# its default --shutdown-timeout 0, or at the end of a drain shorter than the answers,
+# every stream still open ends in one of three ways, and which one is a race
+SIGTERM_RACE = (
+    "vLLM 0.32's default --shutdown-timeout 0 (or a drain shorter than the answers) ends "
+    "every stream still open at SIGTERM in one of three ways, a race: finish_reason abort "
+    "+ [DONE], the in-stream error 'EngineCore encountered an issue' + [DONE], or a hang "
+    "(no more bytes, the socket held until the client gives up or SIGKILL)"
+)
+DRAIN_FIX = (
+    "Set the engine's --shutdown-timeout to about the p99 answer time and "
+    "terminationGracePeriodSeconds above preStop + that timeout"
+)
+
 HINTS = {
-    Outcome.ABORTED: "streams ended with finish_reason abort: the engine aborted in-flight "
-    "requests at SIGTERM. Set the engine's --shutdown-timeout to about the p99 answer time "
-    "and terminationGracePeriodSeconds above preStop + that timeout",
+    Outcome.ABORTED: "streams ended with finish_reason abort + [DONE]: the engine aborted "
+    f"them. {SIGTERM_RACE}. {DRAIN_FIX}",
     Outcome.TRUNCATED: "streams closed with neither finish_reason nor [DONE]: an engine older "
     "than vLLM v0.18 exits on SIGTERM without telling clients; upgrade, or drain with preStop",
     Outcome.MISSING_DONE: "a finish_reason arrived but no [DONE]: a proxy or the engine closed "
@@ -50,10 +63,8 @@ HINTS = {
     "deadline, OOM, crash) or the gateway cut the upstream; raise "
     "terminationGracePeriodSeconds above preStop + the engine's shutdown timeout",
     Outcome.HUNG: "streams stopped without an error and the client had to give up: an engine "
-    "that died at SIGTERM without closing its streams (vLLM 0.32 with its default "
-    "--shutdown-timeout 0 does this in about half of its shutdowns, and holds the sockets "
-    "until the client gives up or SIGKILL), or a frozen engine. Set --shutdown-timeout to "
-    "about the p99 answer time so the engine drains, and give clients a stall timeout",
+    f"that stopped without closing its streams, or a frozen one. {SIGTERM_RACE}. "
+    f"{DRAIN_FIX}, and give clients a stall timeout",
     Outcome.ERROR_EVENT: "the engine sent an error object inside the stream (followed by [DONE]); "
     "a checker that only looks for [DONE] would call these successes",
     Outcome.HTTP_ERROR: "requests got a non-2xx status: no ready endpoint (503), the gateway "
@@ -64,11 +75,8 @@ HINTS = {
 }
 
 ENGINE_CORE_HINT = (
-    "streams got the in-stream error 'EngineCore encountered an issue': vLLM (0.32) kills "
-    "its engine core at SIGTERM with --shutdown-timeout 0 (its default), or at the end of "
-    "a shorter drain than the answers in flight, and fails every stream still open. Set "
-    "--shutdown-timeout to about the p99 answer time and terminationGracePeriodSeconds "
-    "above preStop + that timeout"
+    "streams got the in-stream error 'EngineCore encountered an issue': the engine core "
+    f"was stopped under them. {SIGTERM_RACE}. {DRAIN_FIX}"
 )
 DRAIN_500_HINT = (
     "new requests reached an engine that was already draining and got HTTP 500 'cannot "

@@ -425,13 +425,25 @@ def test_failure_message_says_inconclusive_and_what_to_change():
 # --- hints follow what vLLM 0.32 really does -------------------------------------------------
 
 
-def test_hints_follow_the_real_engine():
-    core = rec("c", "error_event")
-    core.error = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-    assert "--shutdown-timeout" in C.hint_for_outcomes([core])
-    assert "EngineCore" in C.hint_for_outcomes([core])
-    hung = C.hint_for_outcomes([rec("h", "hung")])
-    assert "SIGKILL" in hung and "--shutdown-timeout" in hung
+@pytest.mark.parametrize("outcome", ["aborted", "error_event", "hung"])
+def test_each_sigterm_ending_gets_a_hint_naming_all_three(outcome):
+    """vLLM 0.32's default --shutdown-timeout 0 ends a stream at SIGTERM in one of three
+    ways (measured): whichever one a run drew, the hint names the race and the fix."""
+    r = rec("x", outcome)
+    if outcome == "error_event":
+        r.error = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+    hint = C.hint_for_outcomes([r])
+    for ending in ("finish_reason abort + [DONE]", "EngineCore encountered an issue", "hang"):
+        assert ending in hint, (outcome, hint)
+    assert "--shutdown-timeout" in hint and "terminationGracePeriodSeconds" in hint
+    if outcome == "hung":
+        assert "SIGKILL" in hint and "stall timeout" in hint
+
+
+def test_an_error_event_that_is_not_the_engine_core_gets_no_sigterm_hint():
+    r = rec("x", "error_event")
+    r.error = "injected engine error"
+    assert "SIGTERM" not in C.hint_for_outcomes([r])
 
 
 # --- ingress-nginx: no connection number, so errors join by upstream and time ---------------
