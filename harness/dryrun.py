@@ -85,7 +85,7 @@ class DryRunTarget:
         self.action("autoscaler", policy=policy)
 
     # --- waits for what an action would do: at once (settling first is a read) -------
-    def wait_for(self, cond, timeout_s, what, poll_s=0.05) -> None:
+    def wait_for(self, cond, timeout_s, what, poll_s=0.05, stall_s=None) -> None:
         return None
 
 

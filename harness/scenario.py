@@ -69,6 +69,8 @@ class Scenario:
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
         """Start the load, let it warm up, wait for streams in flight."""
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
+        if self.cfg.scenario.warm_requests:
+            self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model)
         self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
         self.load.preflight()
         self.t_start = time.time()
@@ -287,10 +289,17 @@ class Scenario:
             self.t_recovered = time.time()
 
     def wait_recovered(self, replicas: int | None = None) -> None:
-        """Wait (up to scenario.recovery_s) for the desired replicas, ready and served."""
+        """Wait (up to scenario.recovery_s) for the desired replicas, ready and served; with
+        scenario.startup_stall_s, for as long as a replacement's start-up progresses (up
+        to settle_s): a recovery later than recovery_s is then measured, not cut off."""
         n = self.cfg.replicas if replicas is None else replicas
+        timing = self.cfg.scenario
+        ceiling = max(timing.recovery_s, timing.settle_s) if timing.startup_stall_s else None
         try:
-            self.target.wait_settled(n, self.cfg.scenario.recovery_s)
+            if ceiling is None:
+                self.target.wait_settled(n, timing.recovery_s)
+            else:
+                self.target.wait_settled(n, ceiling, stall_s=timing.startup_stall_s)
             self.t_recovered = time.time()
             self.target.action("recovered", replicas=n)
         except TargetError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -324,3 +325,71 @@ def _cmdline(pid: str) -> bytes:
             return f.read().replace(b"\0", b" ")
     except OSError:
         return b""
+
+
+def test_engines_behind_a_gate_of_one_slot_start_one_after_the_other(tmp_path):
+    """A busy machine's real engines start one at a time: the second pod's container waits
+    (Pending, a waiting_to_start event) until the first has started."""
+    from harness.cluster.config import PodSettings, Probe
+    from harness.cluster.local.kubelet import PodRunner, PodSpec
+    from harness.engines.startup import StartGate
+    from harness.events import EventLog
+    from harness.proc import sim_command
+    from harness.sim.settings import SimSettings
+
+    log = EventLog(tmp_path / "events.jsonl")
+    gate = StartGate(1)
+    settings = PodSettings(startup_probe=Probe(0.1, 600), liveness_probe=None)
+    pods = []
+    for i in (1, 2):
+        port = free_port()
+        engine = SimSettings(port=port, startup_s=1.0)
+        spec = PodSpec(f"p{i}", "v1", "n", "127.0.0.1", port, sim_command(engine), settings)
+        pods.append(PodRunner(spec, log.emit, tmp_path, start_gate=gate))
+    try:
+        for p in pods:
+            p.start()
+        deadline = time.monotonic() + 20
+        while not all(p.started for p in pods) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        at = {(e.pod, e.kind): e.t for e in log.all()}
+        assert all(p.started for p in pods), at
+        first, second = sorted(("p1", "p2"), key=lambda n: at[(n, "container_started")])
+        assert (second, "waiting_to_start") in at
+        assert at[(second, "container_started")] >= at[(first, "started")]
+    finally:
+        for p in pods:
+            p.delete(grace_s=0)
+        for p in pods:
+            p.done.wait(10)
+        log.close()
+
+
+def test_a_start_that_stops_progressing_fails_the_settle_early(target_factory):
+    """With a stall bound, settling follows the starting engines' logs: an engine silent
+    for longer fails the wait then, not at the far ceiling, and says so."""
+    t = target_factory(replicas=1)
+    t.scale(0)
+    t.wait_settled(0, 20)
+    t.controller.template = dataclasses.replace(
+        t.controller.template,
+        engine=dataclasses.replace(t.controller.template.engine, startup_s=30),
+    )
+    t.scale(1)
+    t0 = time.monotonic()
+    with pytest.raises(TargetError, match="without progress") as e:
+        t.wait_settled(1, timeout_s=60, stall_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert "load average" in str(e.value) and "log ends" in str(e.value)  # how it stood
+
+
+def test_engines_are_warmed_directly_before_the_steady_state(target_factory):
+    t = target_factory(replicas=2)
+    t.warm_engines(2, None)
+    warmed = [e for e in t.events() if e.kind == "action" and e.detail["action"] == "warmed"]
+    assert sorted(e.pod for e in warmed) == sorted(p.name for p in t.pods())
+    for e in warmed:
+        assert e.detail["outcomes"] == ["complete", "complete"] and len(e.detail["ttft_s"]) == 2
+    access, _ = read_access_log(t.gateway_logs()[0])
+    # to each pod directly, not through the gateway (which saw only the settle's polls)
+    assert [a for a in access if a.request_id] == []

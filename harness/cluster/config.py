@@ -45,7 +45,9 @@ REAL_ENGINE_DEFAULTS = {
     "pod": {
         "prestop_s": 1.0,
         "termination_grace_s": 30,  # > preStop + shutdown_timeout_s
-        "startup_probe": {"period_s": 1.0, "failure_threshold": 240},
+        # the kubelet's bound on a start: as generous as the harness's own ceiling, so a
+        # slow start on a busy machine is not restarted (a stuck one stops logging)
+        "startup_probe": {"period_s": 1.0, "failure_threshold": 1200},
         "readiness_probe": {"period_s": 0.5, "failure_threshold": 1},
         "liveness_probe": {"period_s": 5.0, "failure_threshold": 6},
     },
@@ -56,8 +58,17 @@ REAL_ENGINE_DEFAULTS = {
         "stop_timeout_s": 30,
     },
     "slo": {"ttft_s": 5.0, "stall_timeout_s": 20},
-    # settle: every replica of a real engine started (60-120 s each, two side by side)
-    "scenario": {"recovery_s": 300, "steady_state_s": 120, "cool_down_s": 3, "settle_s": 300},
+    # settle: every replica of a real engine started (60-120 s each on a quiet machine, and
+    # minutes more on a busy one: the waits follow each engine's log, stuck after 180 s of
+    # silence)
+    "scenario": {
+        "recovery_s": 300,
+        "steady_state_s": 120,
+        "cool_down_s": 3,
+        "settle_s": 1200,
+        "startup_stall_s": 180,
+        "warm_requests": 3,
+    },
     "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time
 }
 
@@ -160,8 +171,14 @@ class Slo:
     stall_timeout_s: float = 10.0  # no data event for this long: the stream is hung
     ttft_budget: PhaseBudget = field(default_factory=PhaseBudget)
     itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
+    # measure an engine before the session's first scenario and judge TTFT by what this
+    # machine can do (harness/calibration.py): auto (real engines on the local target),
+    # always (any engine on the local target), never ("on"/"off" would read as YAML booleans)
+    calibrate: str = "auto"
 
     def validate(self) -> None:
+        if self.calibrate not in ("auto", "always", "never"):
+            raise ValueError(f"calibrate must be auto, always or never, not {self.calibrate!r}")
         for key in ("ttft_s", "itl_s", "stall_timeout_s"):
             value = getattr(self, key)
             if value is not None and value <= 0:
@@ -180,6 +197,14 @@ class ScenarioTiming:
     # longest wait, before a scenario, for the target's replicas to be ready and served
     # (engine start-up: seconds for the simulator, minutes for a GPU pod loading weights)
     settle_s: float = 60.0
+    # 0: settle_s and recovery_s are fixed bounds. N: waits for engines to start follow
+    # their progress (the local target: each starting engine's log) and fail after N s
+    # without any, up to settle_s in all (a recovery too, though recovery_s stays the
+    # budget recovery_time judges): real engines start in minutes, slower on a busy machine
+    startup_stall_s: float = 0.0
+    # short answers sent to each ready engine directly before the steady state: a real
+    # engine compiles on its first requests, which are not the steady state's TTFT
+    warm_requests: int = 0
     # longest wait for the steady state (streams in flight on the victim, by the harness's
     # records and the engine's metrics); past it the run is inconclusive
     steady_state_s: float = 60.0

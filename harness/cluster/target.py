@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,15 +194,43 @@ class Target(abc.ABC):
 
     # --- waiting (shared) ----------------------------------------------------
     def wait_for(
-        self, cond: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05
+        self,
+        cond: Callable[[], bool],
+        timeout_s: float,
+        what: str,
+        poll_s: float = 0.05,
+        stall_s: float | None = None,
     ) -> None:
-        wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
+        """Until cond(), at most timeout_s. stall_s: for as long as the pods' start-up
+        progresses (startup_progress), failing after stall_s without progress."""
+        if stall_s:
+            wait_until(
+                cond,
+                stall_s,
+                what,
+                interval_s=poll_s,
+                error=TargetError,
+                progress=self.startup_progress,
+                ceiling_s=timeout_s,
+            )
+        else:
+            wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
 
     def ready_pods(self) -> list:
         return [p for p in self.pods() if p.ready and not p.terminating]
 
-    def wait_settled(self, replicas: int, timeout_s: float = 60.0) -> None:
-        """Exactly `replicas` pods, all ready, none terminating, the rollout done."""
+    def startup_progress(self) -> object:
+        """Something that changes while the target's pods are getting on with starting
+        (the local target: the size of its starting engines' logs), or None when the
+        target cannot tell; waits with a stall bound follow it."""
+        return None
+
+    def wait_settled(
+        self, replicas: int, timeout_s: float = 60.0, stall_s: float | None = None
+    ) -> None:
+        """Exactly `replicas` pods, all ready, none terminating, the rollout done.
+        stall_s: wait while the pods' start-up progresses (startup_progress), failing
+        after stall_s without progress, up to timeout_s in all."""
 
         def settled() -> bool:
             pods = self.pods()
@@ -211,7 +240,7 @@ class Target(abc.ABC):
                 and all(p.ready and not p.terminating for p in pods)
             )
 
-        self.wait_for(settled, timeout_s, f"{replicas} settled pods")
+        self.wait_for(settled, timeout_s, f"{replicas} settled pods", stall_s=stall_s)
         if replicas:
             self.wait_gateway_serving(timeout_s)
 
@@ -236,6 +265,25 @@ class Target(abc.ABC):
 
     def in_flight(self, name: str) -> int:
         return int(self.pod_metrics(name).get("vllm:num_requests_running", 0))
+
+    def warm_engines(self, requests: int, model: str | None) -> None:
+        """`requests` short answers from each ready pod, sent to it directly (not through
+        the gateway), the pods side by side: a real engine compiles on its first
+        requests. Each pod's first tokens go on the timeline as a `warmed` event."""
+        from harness.calibration import warm_up
+
+        def warm(pod: PodView) -> None:
+            url, settings = self.pod_endpoint(pod.name)
+            # the load's API key, unless the way in has credentials of its own (the API
+            # server's pods proxy: its token is the Authorization header)
+            key = None if "headers" in settings else self.auth_headers()
+            records = warm_up(url, model, requests, settings, key)
+            ttfts = [None if r.ttft_s is None else round(r.ttft_s, 3) for r in records]
+            self.action("warmed", pod=pod.name, ttft_s=ttfts, outcomes=[r.outcome for r in records])
+
+        pods = self.ready_pods()
+        with ThreadPoolExecutor(max_workers=max(1, len(pods))) as pool:
+            list(pool.map(warm, pods))
 
     def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
         """The ready pod with the most running sequences, once it has min_in_flight."""

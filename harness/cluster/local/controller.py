@@ -13,9 +13,11 @@ One reconcile loop, with Kubernetes' rules where they decide the fate of a strea
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from harness.cluster.config import RunConfig
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx
 from harness.cluster.metrics import parse_metrics
+from harness.engines.startup import StartGate
 from harness.events import EventLog
 from harness.proc import sim_command
 from harness.sim.settings import SimSettings
@@ -50,6 +53,9 @@ class Controller:
         self.template = Template(config.version, config.engine)
         self.pods: dict[str, PodRunner] = {}
         self.templates: dict[str, Template] = {}  # pod name -> its template
+        self.cores: dict[str, int] = {}  # pod name -> the CPU its real engine is bound to
+        # real engines start a few at a time, as many as the machine has free cores
+        self.start_gate = StartGate.for_this_machine() if config.engine.kind == "vllm" else None
         self.nodes = [f"node-{i}" for i in range(config.nodes)]
         self.cordoned: set[str] = set()
         self.autoscaler = config.autoscaler
@@ -197,6 +203,7 @@ class Controller:
             if pod.done.is_set():
                 del self.pods[name]
                 self.templates.pop(name, None)
+                self.cores.pop(name, None)
                 self.events.emit(
                     "pod_removed", pod=name, node=pod.spec.node, version=pod.spec.version
                 )
@@ -276,9 +283,16 @@ class Controller:
         name = f"{self.cfg.kube.deployment}-{t.version}-{self._seq}"
         ip, port = self._address()
         engine = replace(t.engine, host=ip, port=port, model_version=t.version)
-        command, env = engine_command(engine, core=self._seq)
+        self.cores[name] = self._least_used_core()
+        command, env = engine_command(engine, core=self.cores[name])
         spec = PodSpec(name, t.version, node, ip, port, command, self.cfg.pod, env)
-        pod = PodRunner(spec, self.events.emit, self.run_dir / "pods", on_change=self.wake)
+        pod = PodRunner(
+            spec,
+            self.events.emit,
+            self.run_dir / "pods",
+            on_change=self.wake,
+            start_gate=self.start_gate,
+        )
         self.pods[name] = pod
         self.templates[name] = t
         self.events.emit(
@@ -286,6 +300,13 @@ class Controller:
         )
         pod.start()
         return pod
+
+    def _least_used_core(self) -> int:
+        """The CPU a new real engine is bound to: the one the fewest live pods use (vLLM's
+        CPU backend binds its engine core to one CPU; a replacement bound to the CPU of
+        the pod that carries the load would halve both)."""
+        used = Counter(self.cores.get(name) for name, p in self.pods.items() if not p.terminating)
+        return min(range(os.cpu_count() or 1), key=lambda c: (used[c], c))
 
     def _schedule(self) -> str | None:
         """The least-loaded schedulable node with a free GPU."""

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from harness.cluster.config import PodSettings, Probe
+from harness.engines.startup import StartGate
 
 TICK_S = 0.02
 PR_SET_PDEATHSIG = 1
@@ -66,6 +67,7 @@ class PodRunner(threading.Thread):
         emit: Callable[..., None],
         log_dir: Path,
         on_change: Callable[[], None] = lambda: None,
+        start_gate: StartGate | None = None,
     ):
         super().__init__(name=f"pod-{spec.name}", daemon=True)
         self.spec = spec
@@ -86,6 +88,10 @@ class PodRunner(threading.Thread):
         self._deletion = threading.Event()
         self.proc: subprocess.Popen | None = None
         self.done = threading.Event()
+        # real engines on a busy machine start a few at a time (StartGate): the container
+        # waits for a slot, and holds it until it has started (or exited)
+        self._gate = start_gate
+        self._holding_gate = False
 
     # --- requests from the control plane -----------------------------------
     def delete(self, grace_s: float | None = None) -> None:
@@ -114,11 +120,18 @@ class PodRunner(threading.Thread):
             kind, pod=self.spec.name, node=self.spec.node, version=self.spec.version, **detail
         )
 
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.spec.name}.log"
+
     def run(self) -> None:
         try:
             while not self._deletion.is_set():
+                if not self._take_gate():
+                    break
                 self._start_container()
                 reason = self._supervise()
+                self._release_gate()
                 if reason == "deleted":
                     break
                 self._set_ready(False, reason)
@@ -128,12 +141,29 @@ class PodRunner(threading.Thread):
                     break
             self._terminate()
         finally:
+            self._release_gate()
             self.phase = "Terminated"
             self.done.set()
             self.on_change()
 
+    def _take_gate(self) -> bool:
+        """Wait for a start slot (False: the pod was deleted while it waited)."""
+        if self._gate is None:
+            return True
+        if not self._gate.try_acquire():
+            self.emit("waiting_to_start", slots=self._gate.slots)
+            if not self._gate.acquire(cancelled=self._deletion.is_set):
+                return False
+        self._holding_gate = True
+        return True
+
+    def _release_gate(self) -> None:
+        if self._holding_gate:
+            self._holding_gate = False
+            self._gate.release()
+
     def _start_container(self) -> None:
-        log = open(self.log_dir / f"{self.spec.name}.log", "ab")
+        log = open(self.log_path, "ab")
         env = dict(os.environ, **(self.spec.env or {}))
         self.proc = subprocess.Popen(
             self.spec.command,
@@ -201,6 +231,7 @@ class PodRunner(threading.Thread):
 
     def _mark_started(self) -> None:
         self.started = True
+        self._release_gate()
         self.emit("started")
 
     def _probe(self, probe: Probe) -> bool:

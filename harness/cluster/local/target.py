@@ -13,6 +13,7 @@ from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.nginx import Nginx
 from harness.config import ConfigError, build
+from harness.engines.startup import log_size, log_tail, machine_load
 from harness.events import Event, EventLog
 from harness.proc import PidFile, free_port, reap_leftovers
 
@@ -89,6 +90,26 @@ class LocalTarget(Target):
 
     def events(self) -> list[Event]:
         return self._events.all()
+
+    def startup_progress(self) -> object:
+        """The pods not yet ready, with how far each one's log has grown."""
+        return sorted((p.spec.name, log_size(p.log_path)) for p in self._unready())
+
+    def _unready(self) -> list:
+        with self.controller.lock:
+            return [p for p in self.controller.pods.values() if not p.ready]
+
+    def wait_settled(self, replicas: int, timeout_s: float = 60.0, stall_s: float | None = None):
+        """As every target settles; a timeout also says how the machine and each pod not
+        yet ready stood (the last lines of its engine's log)."""
+        try:
+            super().wait_settled(replicas, timeout_s, stall_s)
+        except TargetError as exc:
+            pods = "; ".join(
+                f"{p.spec.name} ({p.phase}) log ends: " + " | ".join(log_tail(p.log_path, 3))
+                for p in self._unready()
+            )
+            raise TargetError(f"{exc}; {machine_load()}" + (f"; {pods}" if pods else "")) from None
 
     def pod_metrics(self, name: str) -> dict[str, float]:
         return scrape(self.controller.pod(name).spec.address)
