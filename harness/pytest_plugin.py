@@ -8,6 +8,7 @@ State lives on the pytest config's stash, not in globals.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ KINDS = {
 
 config_key = pytest.StashKey[object]()
 session_dir_key = pytest.StashKey[Path]()
+calibration_key = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -171,6 +173,7 @@ def target(request, rollcheck_config, run_dir):
         tgt.wait_settled(
             rollcheck_config.replicas,
             timeout_s=max(rollcheck_config.scenario.settle_s, 3 * startup + 30),
+            stall_s=rollcheck_config.scenario.startup_stall_s,
         )
         yield tgt
     finally:
@@ -189,11 +192,64 @@ def scenario(request, rollcheck_config, target, run_dir):
     from harness.scenario import Scenario
 
     kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
-    cls = DryRunScenario if rollcheck_config.kube.dry_run else Scenario
-    sc = cls(request.node.name, kind, rollcheck_config, target, run_dir)
+    cfg, calibration = _calibrated(request.config, rollcheck_config, target)
+    cls = DryRunScenario if cfg.kube.dry_run else Scenario
+    sc = cls(request.node.name, kind, cfg, target, run_dir)
+    if calibration is not None:
+        sc.extras["calibration"] = calibration.as_dict()
     yield sc
     if sc.load is not None:
         sc.load.close()
+
+
+def _calibrated(config: pytest.Config, cfg, target):
+    """With real engines on the local target (slo.calibrate), the config with the SLOs
+    this machine is judged by, measured once a session on the first scenario's engine,
+    and the calibration (harness/calibration.py); otherwise the config as it is, and None."""
+    import dataclasses
+
+    wanted = {"always": True, "never": False}.get(cfg.slo.calibrate, cfg.engine.kind == "vllm")
+    if config.getoption("target") != "local" or not wanted or cfg.kube.dry_run:
+        return cfg, None
+    if calibration_key not in config.stash:
+        config.stash[calibration_key] = _calibrate(config, cfg, target)
+    cal = config.stash[calibration_key]
+    return dataclasses.replace(cfg, slo=dataclasses.replace(cfg.slo, ttft_s=cal.ttft_s)), cal
+
+
+def _calibrate(config: pytest.Config, cfg, target):
+    from harness import calibration
+    from harness.cluster import TargetError
+
+    pod = target.ready_pods()[0]
+    url, settings = target.pod_endpoint(pod.name)
+    key = target.auth_headers()
+    model = cfg.load.model
+    calibration.warm_up(url, model, max(1, cfg.scenario.warm_requests), settings, key)
+    unloaded, batch = calibration.measure(url, model, cfg.engine.max_num_seqs, settings, key)
+    figures = calibration.figures_from(unloaded, batch)
+    if figures is None:
+        outcomes = ", ".join(r.outcome for r in [*unloaded, *batch])
+        raise TargetError(
+            f"measuring the engine on {pod.name} before the first scenario: its answers were "
+            f"{outcomes}; read its log in the run folder's pods/"
+        )
+    explicit = frozenset(s.split("=", 1)[0].strip() for s in config.getoption("rollcheck_set"))
+    cal = calibration.calibrate(figures, cfg.slo.ttft_s, cfg.slo.itl_s, explicit)
+    _say(config, [f"rollcheck: {line}" for line in cal.lines])
+    _say(config, [f"rollcheck: WARNING: {line}" for line in cal.warnings], yellow=True)
+    return cal
+
+
+def _say(config: pytest.Config, lines: list[str], **markup) -> None:
+    """Lines on the terminal now, during a test's set-up (not captured with its output)."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None or not lines:
+        return
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        for line in lines:
+            tr.write_line(line, **markup)
 
 
 @pytest.fixture

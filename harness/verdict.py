@@ -293,5 +293,7 @@ def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int 
             lines.append(f"    hint: {check['hint']}")
     if summary["verdict"] == "inconclusive":
         lines.append(f"  {ADVICE}")
+    for warning in (summary.get("calibration") or {}).get("warnings") or []:
+        lines.append(f"  said before acting: {warning}")
     lines.append(f"  report: {summary.get('report')}")
     return "\n".join(lines)

@@ -129,6 +129,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _evidence(summary),
         _canary_section(summary.get("canary")),
         _lint_section(summary.get("lint") or []),
+        _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
         "<h2>Timeline</h2>",
         _legend(),
@@ -291,6 +292,15 @@ def _canary_section(c: dict | None) -> str:
         + profile
         + "</table>"
     )
+
+
+def _calibration_section(c: dict | None) -> str:
+    """The real engine measured on this machine, and the SLOs the run was judged by."""
+    if not c:
+        return ""
+    lines = "".join(f"<li>{_e(line)}</li>" for line in c.get("lines") or [])
+    warnings = "".join(f"<li class=hint>{_e(w)}</li>" for w in c.get("warnings") or [])
+    return f"<h2>This machine</h2><ul>{lines}{warnings}</ul>"
 
 
 def _lint_section(findings: list[dict]) -> str:
