@@ -377,7 +377,7 @@ def test_race_mode_draws_every_measured_ending_by_its_weight():
     the SIGTERM benchmark measured it; one pod always the same (seeded)."""
     from collections import Counter
 
-    from harness.sim.app import RACE_WEIGHTS, race_ending
+    from harness.sim.app import DEADLINE_WEIGHTS, RACE_WEIGHTS, race_ending
 
     assert SimSettings().shutdown_mode == "race"  # the default: what vLLM 0.32 does
     draws = Counter(race_ending(0, port) for port in range(8000, 10000))
@@ -386,6 +386,9 @@ def test_race_mode_draws_every_measured_ending_by_its_weight():
     for ending, weight in RACE_WEIGHTS.items():
         assert abs(draws[ending] / 2000 - weight / total) < 0.05, (ending, draws)
     assert {race_ending(7, 8123) for _ in range(5)} == {race_ending(7, 8123)}
+    # at a drain's deadline the engine is killed, never asked to abort (measured 6 of 6)
+    deadline = {race_ending(0, port, DEADLINE_WEIGHTS) for port in range(8000, 8200)}
+    assert deadline == {"error_event", "hang"}
 
 
 @pytest.mark.parametrize("ending", ["error_event", "hang", "abort"])

@@ -80,7 +80,19 @@ BUSY_503 = error_body(
     "on a different instance.",
     "Service Unavailable",
 )
-ERROR_EXIT_S = 0.35  # vLLM 0.32: the process exits this long after SIGTERM in error_event
+# vLLM 0.32: the process exits this long after SIGTERM in error_event and abort (measured
+# 0.5 s on a quiet machine, 1.0-1.6 s beside two busy loops)
+ERROR_EXIT_S = 0.5
+
+# vLLM 0.32's endings when its engine stops with streams open, weighted by how often each
+# came (benchmarks/bench_engine_sigterm.py, docs/facts.md). At SIGTERM with
+# --shutdown-timeout 0, 23 SIGTERMs: quiet 5 hang, 1 error event, 2 abort; beside two busy
+# loops 5 hang, 7 error event; during a build 2 hang, 1 error event. At a drain's deadline
+# the engine core is killed, never asked to abort (source: v1/engine/core.py): 6 deadlines
+# gave 4 error events and 2 hangs. The two streams of one stop always ended alike, so the
+# race is drawn once per process.
+RACE_WEIGHTS = {"hang": 12, "error_event": 9, "abort": 2}
+DEADLINE_WEIGHTS = {"hang": 2, "error_event": 4}
 
 
 @dataclass
@@ -394,22 +406,23 @@ class Engine:
     def _drain_deadline(self) -> None:
         # only streams still open meet the deadline; a finished drain is in its teardown
         if self.streams:
-            self.stop_engine()
+            self.stop_engine(DEADLINE_WEIGHTS)
 
-    def stop_engine(self) -> None:
-        """The engine stops serving: streams still open end as shutdown_mode says."""
+    def stop_engine(self, race: dict[str, int] = RACE_WEIGHTS) -> None:
+        """The engine stops serving: streams still open end as shutdown_mode says (race:
+        drawn from `race`, the endings measured for this kind of stop)."""
         if self.ended_how is not None:
             return
         how = self.s.shutdown_mode
         if how == "race":
-            how = race_ending(self.s.seed, self.s.port)
+            how = race_ending(self.s.seed, self.s.port, race)
         self.ended_how = how
         if how in RACE_WEIGHTS:
             self.on_close_listener()  # vLLM 0.32 closes its listener within 0.16 s
         for stream in list(self.streams):
             stream.ending = how
             stream.woken.set()
-        if how == "error_event":
+        if how in ("error_event", "abort"):
             asyncio.get_running_loop().call_later(ERROR_EXIT_S, self.on_exit)
             self._exit_scheduled = True
         self.maybe_exit()
@@ -904,17 +917,11 @@ async def _keep_alive(send: Send, interval_s: float) -> None:
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
-# vLLM 0.32's endings at SIGTERM (--shutdown-timeout 0) and how often each came, measured
-# by benchmarks/bench_engine_sigterm.py (docs/facts.md): the two streams of one SIGTERM
-# always ended alike, so the race is drawn once per process
-RACE_WEIGHTS = {"error_event": 1.0, "hang": 1.0, "abort": 1.0}
-
-
-def race_ending(seed: int, port: int) -> str:
-    """Which of vLLM 0.32's endings at SIGTERM this process takes, weighted as measured:
-    seeded by the settings and the port, so a run repeats, and pods of one config differ."""
-    endings, weights = zip(*RACE_WEIGHTS.items(), strict=True)
-    return random.Random(f"{seed}:{port}").choices(endings, weights)[0]
+def race_ending(seed: int, port: int, weights: dict[str, int] = RACE_WEIGHTS) -> str:
+    """Which of vLLM 0.32's endings this process takes, weighted as measured: seeded by
+    the settings and the port, so a run repeats, and pods of one config differ."""
+    endings, counts = zip(*weights.items(), strict=True)
+    return random.Random(f"{seed}:{port}").choices(endings, counts)[0]
 
 
 def decode_over(stream: Stream, disconnected: asyncio.Event) -> bool:

@@ -142,13 +142,19 @@ JUDGED = {
 }
 
 
-def cut_by_the_stop(r: Reader, name: str) -> SigtermEnding:
-    """A stream in flight when the engine stopped ended in one of the measured endings
+# measured (benchmarks/bench_engine_sigterm.py): at a drain's deadline the engine core is
+# killed, never asked to abort, and 6 of 6 ended in the error event or a hang
+AT_THE_DEADLINE = (SigtermEnding.ERROR_EVENT, SigtermEnding.HANG)
+
+
+def cut_by_the_stop(r: Reader, name: str, measured=tuple(SigtermEnding)) -> SigtermEnding:
+    """A stream in flight when the engine stopped ended in one of the `measured` endings
     (benchmarks/bench_engine_sigterm.py), and the stream judge calls it broken, as that
     ending; anything else fails with the stream's bytes."""
     ending = sigterm_ending(r.raw, r.end)
-    assert isinstance(ending, SigtermEnding), (
-        f"{name}: an ending outside the measured set: {ending}\n  {r.state()}"
+    assert ending in measured, (
+        f"{name}: an ending outside the measured set {[str(m) for m in measured]}: "
+        f"{ending}\n  {r.state()}"
     )
     outcome = r.judged().outcome
     assert outcome in BROKEN and outcome == JUDGED[ending], (
@@ -218,8 +224,8 @@ def short_drain(request, tmp_path_factory):
 
 
 def test_streams_still_open_at_the_drain_deadline(short_drain):
-    """Past the deadline the same race as with no drain at all: each stream still open
-    ends in one of the measured endings, and none completes."""
+    """Past the deadline the engine core is killed: each stream still open hangs or gets
+    the EngineCore error event (never abort: the engine is not asked to), none completes."""
     streams = [Reader(short_drain.url, body(900), read_timeout_s=6) for _ in range(2)]
     for s in streams:
         s.wait_tokens(3)
@@ -228,7 +234,7 @@ def test_streams_still_open_at_the_drain_deadline(short_drain):
     assert not refuses_connections(short_drain.port)  # still accepting while it drains
     for i, s in enumerate(streams):
         s.join(60)
-        cut_by_the_stop(s, f"stream {i + 1}")
+        cut_by_the_stop(s, f"stream {i + 1}", AT_THE_DEADLINE)
     # (whether the listener closes at the deadline is not asserted: real vLLM still
     # accepted connections after it in one of two runs here)
     assert short_drain.exited_within(30)
