@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness import rollout_math
 from harness.config import ConfigError, apply_sets, build, load_yaml
+from harness.engines.startup import STALL_S
 from harness.sim.settings import SimSettings
 from loadgen.settings import LoadSettings
 
@@ -58,15 +59,15 @@ REAL_ENGINE_DEFAULTS = {
         "stop_timeout_s": 30,
     },
     "slo": {"ttft_s": 5.0, "stall_timeout_s": 20},
-    # settle: every replica of a real engine started (60-120 s each on a quiet machine, and
-    # minutes more on a busy one: the waits follow each engine's log, stuck after 180 s of
-    # silence)
+    # settle: every replica of a real engine started (about 60 s each on a quiet machine,
+    # 90 s beside two busy loops, 140-200 s on a cold compile cache: the waits follow each
+    # engine's log, and call a start stuck after 240 s of silence, harness/engines/startup.py)
     "scenario": {
         "recovery_s": 300,
         "steady_state_s": 120,
         "cool_down_s": 3,
         "settle_s": 1200,
-        "startup_stall_s": 180,
+        "startup_stall_s": STALL_S,
         "warm_requests": 3,
     },
     "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time

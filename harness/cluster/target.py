@@ -202,8 +202,9 @@ class Target(abc.ABC):
         stall_s: float | None = None,
     ) -> None:
         """Until cond(), at most timeout_s. stall_s: for as long as the pods' start-up
-        progresses (startup_progress), failing after stall_s without progress."""
-        if stall_s:
+        progresses (startup_progress), failing after stall_s without progress (a target
+        that cannot tell progress waits the whole timeout_s)."""
+        if stall_s and self.startup_progress() is not None:
             wait_until(
                 cond,
                 stall_s,
