@@ -180,8 +180,8 @@ def test_sigterm_with_the_default_shutdown_timeout(one_slot, record_property):
     running.join(30)
     queued.join(30)
     seen = {
-        "running": cut_by_the_stop(running, "running"),
-        "queued": cut_by_the_stop(queued, "queued"),
+        "running": str(cut_by_the_stop(running, "running")),
+        "queued": str(cut_by_the_stop(queued, "queued")),
     }
     if seen["queued"] == SigtermEnding.ERROR_EVENT:
         assert len(events(queued.raw)) == 2  # no role chunk: only the error and [DONE]
