@@ -39,13 +39,14 @@ SHUTDOWN_500 = "cannot schedule new futures after shutdown"
 # --- hints ---------------------------------------------------------------------------
 
 # vLLM 0.32, measured (docs/facts.md, benchmarks/bench_engine_sigterm.py): at SIGTERM with
-# its default --shutdown-timeout 0, or at the end of a drain shorter than the answers,
-# every stream still open ends in one of three ways, and which one is a race
+# its default --shutdown-timeout 0 every stream still open ends in one of three ways, and
+# which one is a race; at the end of a drain shorter than the answers, in one of two
 SIGTERM_RACE = (
-    "vLLM 0.32's default --shutdown-timeout 0 (or a drain shorter than the answers) ends "
-    "every stream still open at SIGTERM in one of three ways, a race: finish_reason abort "
-    "+ [DONE], the in-stream error 'EngineCore encountered an issue' + [DONE], or a hang "
-    "(no more bytes, the socket held until the client gives up or SIGKILL)"
+    "vLLM 0.32 with its default --shutdown-timeout 0 ends every stream still open at "
+    "SIGTERM in one of three ways, a race: finish_reason abort + [DONE], the in-stream "
+    "error 'EngineCore encountered an issue' + [DONE], or a hang (no more bytes, the socket "
+    "held until the client gives up or SIGKILL); streams still open when a shorter drain "
+    "ends get the error or the hang"
 )
 DRAIN_FIX = (
     "Set the engine's --shutdown-timeout to about the p99 answer time and "

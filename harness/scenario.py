@@ -296,10 +296,9 @@ class Scenario:
         timing = self.cfg.scenario
         ceiling = max(timing.recovery_s, timing.settle_s) if timing.startup_stall_s else None
         try:
-            if ceiling is None:
-                self.target.wait_settled(n, timing.recovery_s)
-            else:
-                self.target.wait_settled(n, ceiling, stall_s=timing.startup_stall_s)
+            self.target.wait_settled(
+                n, ceiling or timing.recovery_s, stall_s=timing.startup_stall_s
+            )
             self.t_recovered = time.time()
             self.target.action("recovered", replicas=n)
         except TargetError:

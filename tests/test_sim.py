@@ -326,20 +326,28 @@ def test_a_hung_engine_exits_once_its_clients_leave(sim_factory):
     assert sim.exited_within(5)
 
 
-def test_sigterm_error_event_mode(sim_factory):
-    """vLLM 0.32's other ending (measured): the EngineCore error event and [DONE], no finish
-    and no usage chunk even with include_usage; a queued request gets only the error
-    event; the listener closes at once and the process exits about 0.35 s later."""
-    sim = sim_factory(shutdown_mode="error_event", itl_s=0.05, max_num_seqs=1)
+def sigterm_one_running_one_queued(sim_factory, mode: str):
+    """One slot: a long answer streaming (with include_usage) and a request queued behind
+    it when SIGTERM comes with --shutdown-timeout 0. Returns the sim, both readers, and
+    when the SIGTERM was sent."""
+    sim = sim_factory(shutdown_mode=mode, itl_s=0.05, max_num_seqs=1)
     payload = body(max_tokens=200, ignore_eos=True, stream_options={"include_usage": True})
-    reader = StreamReader(sim.url, payload)
-    reader.first_byte.wait(5)
+    running = StreamReader(sim.url, payload)
+    running.first_byte.wait(5)
     queued = StreamReader(sim.url, body(max_tokens=5))
     time.sleep(0.2)
     t0 = time.monotonic()
     sim.signal(signal.SIGTERM)
-    reader.join(5)
+    running.join(5)
     queued.join(5)
+    return sim, running, queued, t0
+
+
+def test_sigterm_error_event_mode(sim_factory):
+    """vLLM 0.32's error ending (measured): the EngineCore error event and [DONE], no finish
+    and no usage chunk even with include_usage; a queued request gets only the error
+    event; the listener closes at once and the process exits about 0.5 s later."""
+    sim, reader, queued, t0 = sigterm_one_running_one_queued(sim_factory, "error_event")
     evs = events(reader.raw)
     assert evs[-2]["error"]["message"].startswith("EngineCore encountered an issue")
     assert evs[-2]["error"]["code"] == 500 and evs[-1] == "[DONE]"
@@ -351,18 +359,10 @@ def test_sigterm_error_event_mode(sim_factory):
 
 
 def test_sigterm_abort_mode_as_vllm_0_32_sends_it(sim_factory):
-    """vLLM 0.32's third ending (measured): the running stream gets a final chunk with
+    """vLLM 0.32's abort ending (measured): the running stream gets a final chunk with
     finish_reason abort, its usage chunk and [DONE]; a request still queued gets only the
     role chunk and [DONE]; the listener closes at once, the process exits soon after."""
-    sim = sim_factory(shutdown_mode="abort", itl_s=0.05, max_num_seqs=1)
-    payload = body(max_tokens=200, ignore_eos=True, stream_options={"include_usage": True})
-    reader = StreamReader(sim.url, payload)
-    reader.first_byte.wait(5)
-    queued = StreamReader(sim.url, body(max_tokens=5))
-    time.sleep(0.2)
-    sim.signal(signal.SIGTERM)
-    reader.join(5)
-    queued.join(5)
+    sim, reader, queued, _ = sigterm_one_running_one_queued(sim_factory, "abort")
     evs = events(reader.raw)
     assert reader.finishes() == ["abort"] and "usage" in evs[-2] and evs[-1] == "[DONE]"
     q = events(queued.raw)
