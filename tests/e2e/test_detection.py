@@ -245,11 +245,21 @@ def test_a_run_without_its_steady_state_is_inconclusive_everywhere(tmp_path):
 AT_CAPACITY = ("load.users=12", "slo.ttft_s=0.5")  # 3 replicas x 4 sequences: no headroom
 
 
-@pytest.mark.parametrize("select", ["drain and pod", "rollout and surge2", "pod_kill"])
-def test_losing_a_replica_at_capacity_breaks_the_ttft_budget(tmp_path, select):
+# the rollout's new pods start in 3 s, not 0.5: with 0.5 s the rollout's dip in capacity
+# lasted about a second and the breaches during it ranged 2.5-22% over seven runs (CI once
+# came out under the 5% budget); with 3 s it lasts 3.7 s and they ranged 14-27% over five
+SLOW_NEW_PODS = ("engine.startup_s=3",)
+
+
+@pytest.mark.parametrize(
+    "select, sets",
+    [("drain and pod", ()), ("rollout and surge2", SLOW_NEW_PODS), ("pod_kill", ())],
+    ids=["drain and pod", "rollout and surge2", "pod_kill"],
+)
+def test_losing_a_replica_at_capacity_breaks_the_ttft_budget(tmp_path, select, sets):
     """Every stream may complete and the scenario still fails: TTFT over its budget while
     one replica fewer than the load needs serves it; the phase and window are named."""
-    proc, (summary,) = run_scenarios(tmp_path, select, *AT_CAPACITY)
+    proc, (summary,) = run_scenarios(tmp_path, select, *AT_CAPACITY, *sets)
     assert proc.returncode == 1 and summary["verdict"] == "fail"
     budget = next(c for c in summary["checks"] if c["name"] == "ttft_slo_budget")
     assert budget["status"] == "fail", summary["checks"]
