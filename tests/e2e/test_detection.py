@@ -296,7 +296,11 @@ def test_an_slo_this_machine_cannot_meet_is_said_before_acting(tmp_path):
     machine's unloaded TTFT is kept (and FAILs), and the user is told so before the
     scenario acts, in the terminal and the report."""
     proc, (summary,) = run_scenarios(
-        tmp_path, "drain and pod", "slo.calibrate=always", "slo.ttft_s=0.001"
+        tmp_path,
+        "drain and pod",
+        "slo.calibrate=always",
+        "slo.ttft_s=0.001",
+        "scenario.warm_requests=2",
     )
     out = proc.stdout
     assert "rollcheck: measured one engine on this machine: TTFT" in out, out[-3000:]
@@ -309,3 +313,7 @@ def test_an_slo_this_machine_cannot_meet_is_said_before_acting(tmp_path):
     assert "ttft_slo_budget" in failed_checks(summary)
     report = (next(tmp_path.glob("*/*/report.html"))).read_text()
     assert "This machine" in report and html.escape("is not above") in report
+    # each engine answered its warm-up requests before the steady state began
+    actions = [e.get("action") for e in summary_actions(tmp_path)]
+    assert actions.count("warmed") == 3  # the scenario's three replicas
+    assert max(i for i, a in enumerate(actions) if a == "warmed") < actions.index("steady_state")
