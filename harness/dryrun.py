@@ -20,7 +20,7 @@ import signal
 from harness.cluster import Target, strategy_changes
 from harness.scenario import DryRun, Scenario
 
-QUIET = ("steady_state", "recovered", "health_probe")  # observations, not actions
+QUIET = ("steady_state", "recovered", "queues_clear", "health_probe")  # observations, not actions
 
 
 class DryRunTarget:
@@ -128,6 +128,9 @@ class DryRunScenario(Scenario):
         return None
 
     def cool_down(self, seconds: float | None = None) -> None:
+        return None
+
+    def wait_queues_clear(self) -> None:
         return None
 
     def require_gpus(self, surge: int) -> None:

@@ -50,6 +50,7 @@ class Scenario:
         self.victim_in_flight: dict[str, int] = {}
         self.t_recovered: float | None = None
         self.t_start: float | None = None
+        self.t_step: float | None = None
         self.summary: dict | None = None
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
@@ -146,6 +147,7 @@ class Scenario:
         )
         # stamped when Locust stepped, not when this thread noticed: the step's first
         # requests belong to the disruption
+        self.t_step = step_at
         self.target.action("load_step", users=self.load.settings.step_users, t=step_at)
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
@@ -303,6 +305,23 @@ class Scenario:
             self.target.action("recovered", replicas=n)
         except TargetError:
             self.t_recovered = None
+
+    def wait_queues_clear(self) -> None:
+        """Until no ready replica has a request waiting for a slot, as the replicas' own
+        gauges say: a load step's queue on the old replica drains only as its answers end,
+        however soon the new replicas serve. For at most what is left of scenario.recovery_s
+        since the step; a queue still there then is for the judge to see."""
+        since = self.t_step if self.t_step is not None else time.time()
+        left = since + self.cfg.scenario.recovery_s - time.time()
+
+        def clear() -> bool:
+            pods = self.target.ready_pods()
+            gauges = [self.target.pod_metrics(p.name) for p in pods]
+            # a replica whose gauges did not answer is not known to be clear
+            return bool(pods) and all(g.get("vllm:num_requests_waiting", 1) == 0 for g in gauges)
+
+        if self.wait_for(clear, max(0.0, left), "the replicas' queues to clear"):
+            self.target.action("queues_clear")
 
     def wait_for(self, cond: Callable[[], bool], timeout_s: float, what: str) -> bool:
         try:

@@ -17,6 +17,7 @@ def test_scale_up(scenario):
 
     # observe
     scenario.wait_recovered(replicas=replicas)
+    scenario.wait_queues_clear()
     scenario.cool_down(scenario.cfg.scenario.step_cool_down_s)
 
     # judge

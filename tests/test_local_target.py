@@ -55,7 +55,9 @@ def target_factory(tmp_path):
         )
 
 
-def chat(url: str, max_tokens: int = 4, rid: str | None = None) -> httpx.Response:
+def chat(
+    url: str, max_tokens: int = 4, rid: str | None = None, ignore_eos: bool = False
+) -> httpx.Response:
     headers = {"X-Request-Id": rid} if rid else {}
     return httpx.post(
         url + "/v1/chat/completions",
@@ -65,6 +67,7 @@ def chat(url: str, max_tokens: int = 4, rid: str | None = None) -> httpx.Respons
             "messages": [{"role": "user", "content": "x"}],
             "stream": True,
             "max_tokens": max_tokens,
+            "ignore_eos": ignore_eos,
         },
     )
 
@@ -393,3 +396,67 @@ def test_engines_are_warmed_directly_before_the_steady_state(target_factory):
     access, _ = read_access_log(t.gateway_logs()[0])
     # to each pod directly, not through the gateway (which saw only the settle's polls)
     assert [a for a in access if a.request_id] == []
+
+
+def test_a_load_step_is_watched_until_the_replicas_queues_clear(target_factory, tmp_path):
+    """After a load step, the scale_up scenario keeps the load on until no replica has a
+    request waiting for a slot, as the replicas' own gauges say: the old replica's queue
+    drains only as its answers end, and a run that ends before then is judged on a TTFT
+    still over its SLO (CI: the queue cleared 10.9 s after a step, the run ended at 8.8 s)."""
+    from harness.scenario import Scenario
+
+    t = target_factory("engine.max_num_seqs=1", "engine.itl_s=0.02", replicas=1)
+    pod = t.ready_pods()[0].name
+    scenario = Scenario("s", "scale_up", t.cfg, t, tmp_path / "run")
+    scenario.t_step = time.time()
+    done = []  # (when, response)
+
+    def answer():
+        r = chat(t.gateway_url, 100, ignore_eos=True)
+        done.append((time.monotonic(), r))
+
+    answers = [threading.Thread(target=answer) for _ in range(3)]
+    for a in answers:  # 2 s each, one at a time: the third has a slot when the second ends
+        a.start()
+    deadline = time.monotonic() + 5
+    while t.pod_metrics(pod).get("vllm:num_requests_waiting") != 2:
+        assert time.monotonic() < deadline, t.pod_metrics(pod)
+        time.sleep(0.02)
+    scenario.wait_queues_clear()
+    cleared = time.monotonic()
+    assert t.pod_metrics(pod)["vllm:num_requests_waiting"] == 0
+    # not before the second answer ran its 2 s after the first, nor after the third's end
+    assert len(done) < 3 and done and cleared > done[0][0] + 1.0, (cleared, done)
+    assert [e for e in t.events() if e.kind == "action" and e.detail["action"] == "queues_clear"]
+    for a in answers:
+        a.join()
+    assert [r.status_code for _, r in done] == [200, 200, 200]
+
+
+def test_a_queue_that_outlasts_the_recovery_bound_is_left_to_the_judge(target_factory, tmp_path):
+    from harness.scenario import Scenario
+
+    t = target_factory(
+        "engine.max_num_seqs=1", "engine.itl_s=0.02", "scenario.recovery_s=1", replicas=1
+    )
+    pod = t.ready_pods()[0].name
+    scenario = Scenario("s", "scale_up", t.cfg, t, tmp_path / "run")
+    answers = [  # 4 s each: the queue clears after 4 s
+        threading.Thread(target=chat, args=(t.gateway_url, 200, None, True)) for _ in range(2)
+    ]
+    for a in answers:
+        a.start()
+    deadline = time.monotonic() + 5
+    while t.pod_metrics(pod).get("vllm:num_requests_waiting") != 1:
+        assert time.monotonic() < deadline, t.pod_metrics(pod)
+        time.sleep(0.02)
+    scenario.t_step = time.time()
+    t0 = time.monotonic()
+    scenario.wait_queues_clear()  # the bound counts from the step
+    assert 0.8 < time.monotonic() - t0 < 3.5
+    assert t.pod_metrics(pod)["vllm:num_requests_waiting"] == 1
+    assert not [
+        e for e in t.events() if e.kind == "action" and e.detail["action"] == "queues_clear"
+    ]
+    for a in answers:
+        a.join()

@@ -191,9 +191,10 @@ class ScenarioTiming:
     warmup_s: float = 1.0  # steady load before acting
     in_flight: int = 2  # streams that must be running on the victim before acting
     cool_down_s: float = 2.0  # load after recovery
-    # scale_up: load after recovery; TTFT settles only once the replica that took the
-    # step has worked off its queue (a round-robin gateway keeps sending it a share)
-    step_cool_down_s: float = 6.0
+    # scale_up: load after the replicas' queues clear (their gauges say so): TTFT settles
+    # only once the replica that took the step has worked off its queue (a round-robin
+    # gateway keeps sending it a share), and the check needs full windows after that
+    step_cool_down_s: float = 4.0
     recovery_s: float = 30.0  # longest wait for the target to recover
     # longest wait, before a scenario, for the target's replicas to be ready and served
     # (engine start-up: seconds for the simulator, minutes for a GPU pod loading weights)
