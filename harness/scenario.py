@@ -134,11 +134,26 @@ class Scenario:
         try:
             act()
         except EvictionRefused as exc:
-            self.inconclusive(
-                f"the disruption could not be made: the PodDisruptionBudget refused the "
-                f"eviction for scenario.eviction_retry_s ({exc}); lower pdb.min_available "
-                "or run more replicas"
+            steady = self._steady_at()
+            evicted = [e.pod for e in self.target.events() if e.kind == "evicted" and e.t >= steady]
+            how = (
+                f"the disruption was cut short after evicting {', '.join(evicted)}"
+                if evicted
+                else "the disruption could not be made"
             )
+            self.inconclusive(
+                f"{how}: the PodDisruptionBudget refused the eviction for "
+                f"scenario.eviction_retry_s ({exc}); lower pdb.min_available or run more "
+                "replicas",
+                stage="disruption",
+            )
+
+    def _steady_at(self) -> float:
+        """When the steady state was reached (the start of the load before it is)."""
+        for e in self.target.events():
+            if e.kind == "action" and e.detail.get("action") == "steady_state":
+                return e.t
+        return self.t_start or 0.0
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
@@ -216,7 +231,8 @@ class Scenario:
         if not self.wait_for(ready, timeout_s, f"a ready pod of version {version}"):
             self.inconclusive(
                 f"no pod of version {version} became ready within {timeout_s:g} s: nothing to "
-                "compare (the startup scenario shows why a version does not start)"
+                "compare (the startup scenario shows why a version does not start)",
+                stage="disruption",
             )
         return found[0]
 
@@ -390,19 +406,25 @@ class Scenario:
                 f"{per_pod}) and the schedulable nodes have {have}: lower maxSurge or free GPUs"
             )
 
-    def inconclusive(self, reason: str):
-        """End the scenario without a verdict of pass or fail: write the run folder with
-        the reason, and raise ScenarioFailed with the INCONCLUSIVE account."""
-        expected = f"{self.cfg.scenario.in_flight} streams in flight"
-        result = V.inconclusive("steady_state", expected, reason)
-        self.judge(lambda d: result, shared=False)
+    def inconclusive(self, reason: str, stage: str = "steady_state"):
+        """End the scenario early, with the reason: INCONCLUSIVE, unless a stream broke.
+        No ending hides a broken stream: every stream sent so far is judged by the shared
+        stream checks, and one broken makes the verdict FAIL, its account saying both what
+        broke and why the scenario stopped (stage: "steady_state" before acting,
+        "disruption" when the act went otherwise than planned). Raises ScenarioFailed."""
+        if stage == "steady_state":
+            expected = f"{self.cfg.scenario.in_flight} streams in flight"
+        else:
+            expected = "the disruption made as planned"
+        stopped = V.inconclusive(stage, expected, reason)
+        self.judge(lambda d: stopped, hold_slo=False)
         raise AssertionError("unreachable: judge raises for an inconclusive verdict")
 
     def judge(
         self,
         *checks: Check,
         expect_broken_on_victims: bool = False,
-        shared: bool = True,
+        hold_slo: bool = True,
         slo_required: tuple[str, ...] = ("during",),
         slo_phases: tuple[str, ...] = C.PHASES,
     ) -> dict:
@@ -411,6 +433,7 @@ class Scenario:
         short account unless the verdict is pass.
 
         expect_broken_on_victims: the disturbed pods' own streams may break (pod_kill);
+        hold_slo: hold the run to its SLO budgets (not when it stopped early);
         slo_required: the phases that must hold requests for the SLO budgets to be
         evidence; slo_phases: the phases held to a budget."""
         self._health_stop.set()
@@ -459,12 +482,14 @@ class Scenario:
             outcome_total=result.outcome_total,
             load_problems=list(result.problems),
         )
-        everyone = [C.accounting]
-        if shared:
+        everyone = [
+            C.accounting,
+            C.other_pods_untouched if expect_broken_on_victims else C.no_broken_streams,
+            C.no_hung_streams,
+            C.gateway_clean,
+        ]
+        if hold_slo:
             everyone += [
-                C.other_pods_untouched if expect_broken_on_victims else C.no_broken_streams,
-                C.no_hung_streams,
-                C.gateway_clean,
                 C.slo_budget_for("ttft", slo_required, slo_phases),
                 C.slo_budget_for("itl", slo_required, slo_phases),
             ]

@@ -242,6 +242,33 @@ def test_a_run_without_its_steady_state_is_inconclusive_everywhere(tmp_path):
     assert "verdict INCONCLUSIVE" in junit.read_text()
 
 
+def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
+    """No ending hides a broken stream: the PDB refuses the node drain's second eviction
+    (the first one's replacement needs 5 s to start, the drain retries for 1 s), and the
+    first eviction broke its pod's streams (vLLM's default drain of 0 s). FAIL, saying
+    what broke and why the scenario stopped; it was INCONCLUSIVE, blaming the PDB."""
+    proc, (summary,) = run_scenarios(
+        tmp_path,
+        "drain and node",
+        "replicas=4",  # two pods on each of the two nodes
+        "pdb.min_available=3",  # the first eviction leaves 3: the second must wait
+        "scenario.eviction_retry_s=1",
+        "engine.startup_s=5",
+        "engine.shutdown_timeout_s=0",
+        LONG,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert summary["verdict"] == "fail", summary["checks"]
+    status = {c["name"]: c for c in summary["checks"]}
+    assert status["no_broken_streams"]["status"] == "fail"
+    assert status["accounting"]["status"] == "pass"
+    stopped = status["disruption"]
+    assert stopped["status"] == "inconclusive" and "cut short after evicting" in stopped["reason"]
+    assert "PodDisruptionBudget refused" in stopped["reason"]
+    assert "verdict FAIL" in proc.stdout and "FAILED no_broken_streams" in proc.stdout
+    assert "INCONCLUSIVE disruption: the disruption was cut short" in proc.stdout
+
+
 AT_CAPACITY = ("load.users=12", "slo.ttft_s=0.5")  # 3 replicas x 4 sequences: no headroom
 
 
