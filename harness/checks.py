@@ -189,6 +189,12 @@ def no_hung_streams(d: RunData) -> CheckResult:
 
 
 GATEWAY_BAD = (499, 502, 504)
+DEAD_POD_HINT = (
+    "requests reached the killed pod after it was dead: the gateway still routed to it "
+    "until its endpoint went (readiness period + endpoint propagation), and had no other "
+    "upstream to retry on. Keep a second replica, and let the gateway retry a refused "
+    "connect on another upstream (nginx proxy_next_upstream error)"
+)
 
 
 def gateway_clean(d: RunData) -> CheckResult:
@@ -213,17 +219,20 @@ def gateway_clean(d: RunData) -> CheckResult:
     lines = d.access
     population = f"{len(lines)} gateway lines of this run"
     if d.expect_broken_on_victims:
-        # pod_kill: the killed pod's own requests are expected to break at the gateway too
-        theirs = {r.request_id for r in d.records if r.pod in d.victims}
+        # pod_kill: the streams the kill cut may break at the gateway too (the ones that
+        # reached the dead pod afterwards may not)
+        theirs = {r.request_id for r in d.records if d.struck(r)}
         lines = [a for a in lines if a.request_id not in theirs]
-        population += f", {len(d.access) - len(lines)} of them on the killed pod left out"
+        population += f", {len(d.access) - len(lines)} of them cut by the kill left out"
     observed = {str(s): sum(a.status == s for a in lines) for s in GATEWAY_BAD}
     premature = [a for a in lines if any("prematurely closed" in e for e in a.errors)]
     observed["upstream_prematurely_closed"] = len(premature)
     bad = [a for a in lines if a.status in GATEWAY_BAD or a in premature]
     if not bad:
         return passed("gateway_clean", observed, expected, population)
-    if premature or observed["502"]:
+    if d.expect_broken_on_victims and observed["502"] and not premature:
+        hint = DEAD_POD_HINT  # pod_kill: the streams the kill cut are left out already
+    elif premature or observed["502"]:
         hint = (
             "the gateway saw upstreams die mid-response (502 / prematurely closed): pods were "
             "killed with streams open; raise terminationGracePeriodSeconds above preStop + the "
@@ -287,7 +296,7 @@ def _cut_by_the_kill(d: RunData, slo_s: float) -> set[str]:
     return {
         r.request_id
         for r in d.records
-        if r.pod in d.victims
+        if d.struck(r)
         and r.ttft_s is None
         and r.outcome not in OK_OUTCOMES
         and r.sent_at + slo_s > d.t_act
@@ -579,10 +588,14 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
             r.outcome not in OK_OUTCOMES and r.ended_at - d.t_act > d.stall_timeout_s + 1
         )
 
-    traced = [r for r in in_flight_at(d.records, d.t_act) if r.pod in d.victims]
+    traced = [r for r in d.records if d.struck(r)]
     if traced:
         return judged(
-            name, traced, [r for r in traced if slow(r)], "streams on the killed pod", hint=hint
+            name,
+            traced,
+            [r for r in traced if slow(r)],
+            "streams on the killed pod, in flight from the kill until it was seen dead",
+            hint=hint,
         )
     metric = sum(d.victim_in_flight.get(v, 0) for v in d.victims)
     if d.any_traced or not metric:
@@ -612,9 +625,10 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
 
 
 def other_pods_untouched(d: RunData) -> CheckResult:
-    """pod_kill: streams break only on the killed pod (by pod, or by count without traces)."""
+    """pod_kill: only the streams the kill cut break (by pod, or by count without traces):
+    a request that reached the dead pod after it was seen dead is judged too."""
     name = "other_pods_untouched"
-    others = [r for r in d.records if r.pod is not None and r.pod not in d.victims]
+    others = [r for r in d.records if r.pod is not None and not d.struck(r)]
     bad = broken(others)
     untraced_bad = broken(d.untraced(d.records))
     metric = sum(d.victim_in_flight.get(v, 0) for v in d.victims)
@@ -630,12 +644,12 @@ def other_pods_untouched(d: RunData) -> CheckResult:
             + hint_for_outcomes(untraced_bad),
         )
     if others:
-        hint = (
-            "streams on pods that were not disturbed broke: " + hint_for_outcomes(bad)
-            if bad
-            else None
-        )
-        return judged(name, others, bad, "streams on pods that were not disturbed", hint=hint)
+        hint = None
+        if any(r.pod in d.victims for r in bad):
+            hint = DEAD_POD_HINT
+        elif bad:
+            hint = "streams on pods that were not disturbed broke: " + hint_for_outcomes(bad)
+        return judged(name, others, bad, "streams the kill did not cut", hint=hint)
     if metric and not d.any_traced:
         return passed(
             name,
@@ -691,12 +705,17 @@ def recovery_time(d: RunData) -> CheckResult:
     if d.t_act is None:
         return inconclusive("recovery_time", expected, "no disruption was recorded")
     if d.t_recovered is None:
+        why = [
+            e.detail["why"]
+            for e in d.events
+            if e.kind == "action" and e.detail.get("action") == "not_recovered"
+        ]
         return failed(
             "recovery_time",
             "did not recover",
             expected,
             "the target's replicas",
-            hint="the target never returned to its desired ready replicas",
+            hint=why[-1] if why else "the target never returned to its desired ready replicas",
         )
     took = round(d.t_recovered - d.t_act, 2)
     if took <= d.recovery_budget_s:

@@ -20,7 +20,13 @@ import signal
 from harness.cluster import Target, strategy_changes
 from harness.scenario import DryRun, Scenario
 
-QUIET = ("steady_state", "recovered", "queues_clear", "health_probe")  # observations, not actions
+QUIET = (
+    "steady_state",
+    "recovered",
+    "queues_clear",
+    "health_probe",
+    "kill_seen",
+)  # observations, not actions
 
 
 class DryRunTarget:

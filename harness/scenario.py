@@ -51,6 +51,7 @@ class Scenario:
         self.t_recovered: float | None = None
         self.t_start: float | None = None
         self.t_step: float | None = None
+        self._restarts_at_kill = 0
         self.summary: dict | None = None
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
@@ -109,6 +110,36 @@ class Scenario:
         running by its engine's metrics (the evidence when streams cannot be traced)."""
         self.victims = list(pods)
         self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
+
+    def kill(self, pod: str) -> None:
+        """Kill the pod's engine (scenario.kill_signal), and wait until the target shows it
+        took effect: the engine exited (the kubelet restarts it), was killed by its
+        liveness probe (a frozen one), or the pod was removed. Not seen within
+        scenario.recovery_s, the run stops there (INCONCLUSIVE, or FAIL if a stream broke)."""
+        before = next((p for p in self.target.pods() if p.name == pod), None)
+        self._restarts_at_kill = before.restarts if before is not None else 0
+        self.target.kill_pod(pod, self.kill_signal)
+        t_kill = time.time()
+        seen: list = []
+
+        def dead() -> bool:
+            seen[:] = [
+                e
+                for e in self.target.events()
+                if e.pod == pod and e.kind in V.DEAD_EVIDENCE and e.t >= t_kill - 1.0
+            ]
+            return bool(seen)
+
+        timeout = self.cfg.scenario.recovery_s
+        if not self.wait_for(dead, timeout, f"the kill of {pod} to show"):
+            self.inconclusive(
+                f"the kill of {pod} ({self.cfg.scenario.kill_signal}) was not seen to take "
+                f"effect within scenario.recovery_s ({timeout:g} s): the target showed no exit, "
+                "restart or removal of its engine",
+                stage="disruption",
+            )
+        if seen:  # (a dry run shows nothing)
+            self.target.action("kill_seen", pod=pod, evidence=seen[0].kind, t=seen[0].t)
 
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
@@ -338,6 +369,40 @@ class Scenario:
 
         if self.wait_for(clear, max(0.0, left), "the replicas' queues to clear"):
             self.target.action("queues_clear")
+
+    def wait_replaced(self, pod: str) -> None:
+        """pod_kill's recovery: the desired replicas ready, and a replacement of the killed
+        pod (its restarted engine, or a pod created after the kill) ready and having
+        served a complete stream, by its own engine's count. t_recovered is when the target
+        showed that, within scenario.recovery_s of the kill; the view of the pods from
+        before the kill cannot end it."""
+        t_kill = disruption_time(self.target.events()) or time.time()
+        self.wait_recovered()
+        if self.t_recovered is None:
+            return
+        restarted = self._restarts_at_kill
+        served: list = []
+
+        def replacement_served() -> bool:
+            for p in self.target.ready_pods():
+                fresh = p.restarts > restarted if p.name == pod else p.created_at > t_kill
+                if fresh and self.target.pod_metrics(p.name).get("vllm:request_success_total"):
+                    served[:] = [p.name]
+                    return True
+            return False
+
+        left = t_kill + self.cfg.scenario.recovery_s - time.time()
+        if self.wait_for(replacement_served, max(0.0, left), "a replacement to serve"):
+            self.t_recovered = time.time()
+            if served:  # (a dry run shows nothing)
+                self.target.action("replacement_served", pod=served[0])
+        else:
+            self.t_recovered = None
+            self.target.action(
+                "not_recovered",
+                why=f"no replacement of {pod} served a complete stream within "
+                f"scenario.recovery_s ({self.cfg.scenario.recovery_s:g} s) of the kill",
+            )
 
     def wait_for(self, cond: Callable[[], bool], timeout_s: float, what: str) -> bool:
         try:

@@ -21,6 +21,9 @@ from harness.streams import Outcome, StreamRecord
 
 MAX_LISTED = 200  # offending request ids kept per check
 OK_OUTCOMES = (Outcome.COMPLETE, Outcome.CANCELLED)
+# a killed pod's engine, seen dead on the target: it exited (the kubelet restarts it), its
+# liveness probe gave up on it (frozen), or the pod was removed (replaced)
+DEAD_EVIDENCE = ("exited", "probe_failed", "pod_removed")
 
 
 class Status(enum.StrEnum):
@@ -158,6 +161,19 @@ class RunData:
 
     def untraced(self, records: Sequence[StreamRecord]) -> list[StreamRecord]:
         return [r for r in records if r.pod is None]
+
+    def struck(self, r: StreamRecord) -> bool:
+        """pod_kill: a stream the kill itself cut, so allowed to break: on a victim and in
+        flight at some moment from the kill until the target showed the victim dead. A
+        request that reached the dead pod afterwards is judged like any other."""
+        if self.t_act is None or r.pod not in self.victims:
+            return False
+        dead = [
+            e.t
+            for e in self.events
+            if e.pod == r.pod and e.kind in DEAD_EVIDENCE and e.t >= self.t_act
+        ]
+        return r.sent_at <= min(dead, default=self.t_act) and r.ended_at >= self.t_act
 
     def victim_time(self, pod: str, kinds=("sigterm",)) -> float | None:
         """When the disruption reached this pod: its first event of the first kind seen."""

@@ -17,10 +17,10 @@ def test_pod_kill(scenario):
 
     # act
     scenario.disturb(victim.name)
-    scenario.target.kill_pod(victim.name, scenario.kill_signal)
+    scenario.kill(victim.name)  # and wait until the target shows the engine dead
 
-    # observe
-    scenario.wait_recovered()
+    # observe: a replacement ready and serving
+    scenario.wait_replaced(victim.name)
     scenario.cool_down()
 
     # judge

@@ -87,6 +87,7 @@ class PodRunner(threading.Thread):
         self._grace_s = spec.settings.termination_grace_s
         self._deletion = threading.Event()
         self.proc: subprocess.Popen | None = None
+        self._exited_at: float | None = None  # when a SIGKILL was seen to end the process
         self.done = threading.Event()
         # real engines on a busy machine start a few at a time (StartGate): the container
         # waits for a slot, and holds it until it has started (or exited)
@@ -108,11 +109,19 @@ class PodRunner(threading.Thread):
         self._deletion.set()
 
     def signal(self, sig: int) -> None:
-        """Signal the container's main process (pod kill: the kubelet then restarts it)."""
+        """Signal the container's main process (pod kill: the kubelet then restarts it).
+        A SIGKILL is waited for (it cannot be caught), so the exit is stamped when the
+        process died, not on the supervisor's next look."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             self.emit("signal", signal=signal.Signals(sig).name)
             proc.send_signal(sig)
+            if sig == signal.SIGKILL:
+                try:
+                    proc.wait(timeout=5)
+                    self._exited_at = time.time()
+                except subprocess.TimeoutExpired:
+                    pass
 
     # --- the pod's life ----------------------------------------------------
     def emit(self, kind: str, **detail) -> None:
@@ -193,7 +202,8 @@ class PodRunner(threading.Thread):
             code = self.proc.poll()
             if code is not None:
                 self.exit_code = code
-                self.emit("exited", code=code)
+                at, self._exited_at = self._exited_at, None
+                self.emit("exited", code=code, t=at)
                 return "exited"
             now = time.monotonic()
             for name, entry in list(probes.items()):
