@@ -449,15 +449,15 @@ def _victim_times(d: RunData, kinds: tuple[str, ...]) -> dict[str, float]:
 
 
 def _in_flight_on_victims(d: RunData):
-    """Streams sent before a victim's SIGTERM and still open at its deletion (the drain
-    can break them): (traced to the victim, untraced, each victim's SIGTERM time)."""
+    """Streams in flight at a victim's SIGTERM: sent before it and ended after it (a stream
+    that ended during preStop met no SIGTERM, and is no evidence of the drain): (traced
+    to the victim, untraced, each victim's SIGTERM time)."""
     times = _victim_times(d, ("sigterm", "terminating"))
     traced: dict[str, StreamRecord] = {}
     untraced: dict[str, StreamRecord] = {}
     for v, t in times.items():
-        deleted = d.victim_time(v, ("terminating",)) or t
         for r in d.records:
-            if not (r.sent_at <= t and r.ended_at > min(deleted, t)):
+            if not (r.sent_at <= t < r.ended_at):
                 continue
             if r.pod == v:
                 traced[r.request_id] = r
@@ -485,8 +485,12 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     bad = broken(traced) + broken(untraced)
     victims = ", ".join(d.victims)
     metric = sum(d.victim_in_flight.get(v, 0) for v in d.victims)
+    estimated = any(
+        e.kind == "sigterm" and e.pod in d.victims and e.detail.get("estimated") for e in d.events
+    )
+    at = "SIGTERM (estimated from preStop)" if estimated else "SIGTERM"
     if traced:
-        population = f"streams in flight from deletion to SIGTERM: {_by_pod(traced)}"
+        population = f"streams in flight at {at}: {_by_pod(traced)}"
         if untraced:
             population += f", and {len(untraced)} untraced streams in flight then"
         judged_recs = traced + untraced
@@ -502,7 +506,22 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     if bad:
         return failed(name, f"{len(bad)} broken", expected, "untraced streams", bad, hint_of(bad))
     if d.any_traced and not untraced:
-        return inconclusive(name, expected, f"no stream was in flight on {victims} at its SIGTERM")
+        ended_first = [
+            r
+            for r in d.records
+            if r.pod in times
+            and d.victim_time(r.pod, ("terminating",)) is not None
+            and r.sent_at <= d.victim_time(r.pod, ("terminating",)) < r.ended_at <= times[r.pod]
+        ]
+        if ended_first:
+            return inconclusive(
+                name,
+                expected,
+                f"no stream was in flight on {victims} at its {at}: the {len(ended_first)} in "
+                "flight at the eviction ended during preStop, before SIGTERM could touch "
+                "them; raise load.max_tokens so that answers outlast pod.prestop_s",
+            )
+        return inconclusive(name, expected, f"no stream was in flight on {victims} at its {at}")
     return inconclusive(
         name,
         expected,

@@ -278,6 +278,25 @@ def test_ttft_budget_inconclusive_without_requests_in_the_disruption():
     assert status(C.ttft_slo_budget(data(ok))) == "pass"
 
 
+def test_a_drain_judges_the_streams_in_flight_at_sigterm_not_at_the_eviction():
+    """SIGTERM comes after preStop (T + 1 here): a stream that ended during preStop, 10 ms
+    before SIGTERM, met no SIGTERM and is no evidence; one that ended 10 ms after is. A
+    drain of short answers behind a long preStop PASSed on the first kind alone."""
+    early = rec("early", pod="p1", sent=T - 1, dur=1.99)  # ends T + 0.99
+    late = rec("late", pod="p1", sent=T - 1, dur=2.01)  # ends T + 1.01
+    d = data([early, late], SIGTERM, victims=["p1"])
+    r = C.in_flight_streams_finish(d)
+    assert status(r) == "pass" and r.observed == "0 of 1", r  # late only
+    assert "in flight at SIGTERM" in r.population
+    r = C.in_flight_streams_finish(data([early], SIGTERM, victims=["p1"]))
+    assert status(r) == "inconclusive"
+    assert "ended during preStop, before SIGTERM" in r.reason and "load.max_tokens" in r.reason
+    # a SIGTERM estimated from the pod spec (Kubernetes) is labelled so
+    estimated = [ev(T, "terminating", "p1"), ev(T + 1, "sigterm", "p1", estimated=True)]
+    r = C.in_flight_streams_finish(data([late], estimated, victims=["p1"]))
+    assert "SIGTERM (estimated from preStop)" in r.population
+
+
 # --- pod_kill ---------------------------------------------------------------------------
 
 

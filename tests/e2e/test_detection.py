@@ -263,6 +263,24 @@ def test_a_killed_pod_recovers_when_its_replacement_serves(tmp_path):
     assert acts.index("kill") < acts.index("kill_seen") < acts.index("replacement_served")
 
 
+def test_a_drain_whose_answers_end_during_prestop_is_not_evidence(tmp_path):
+    """Answers of 0.6-3 s behind a 5 s preStop end before SIGTERM: vLLM's default drain of
+    0 s never meets a stream, so the run shows nothing about it (it PASSed, counting the
+    streams in flight at the eviction)."""
+    proc, (summary,) = run_scenarios(
+        tmp_path,
+        "drain and pod",
+        "pod.prestop_s=5",
+        "pod.termination_grace_s=20",
+        "engine.shutdown_timeout_s=0",
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert summary["verdict"] == "inconclusive", summary["checks"]
+    (check,) = [c for c in summary["checks"] if c["name"] == "in_flight_streams_finish"]
+    assert check["status"] == "inconclusive" and "ended during preStop" in check["reason"]
+    assert "load.max_tokens" in proc.stdout
+
+
 def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
     """No ending hides a broken stream: the PDB refuses the node drain's second eviction
     (the first one's replacement needs 5 s to start, the drain retries for 1 s), and the
