@@ -749,26 +749,75 @@ def recovery_time(d: RunData) -> CheckResult:
     )
 
 
-def _long_answers(d: RunData, name: str, when: str, hint: str) -> CheckResult:
+def _long_answers(d: RunData, name: str, at: float | None, when: str, hint: str) -> CheckResult:
+    """The long answers in flight when the scaler took over, judged by whether they were
+    still decoding at `at` (when the scaler did, or could, act): one that broke fails;
+    one that ended normally before then never met the scaler, and is no evidence."""
+    expected = f"0 broken, still decoding when {when}"
     longs = [r for r in d.records if r.tags.get("user") == "long"]
-    in_flight = in_flight_at(longs, d.t_act) if d.t_act is not None else []
-    bad = broken(in_flight)
+    taken_over = in_flight_at(longs, d.t_act) if d.t_act is not None else []
+    if not taken_over:
+        return inconclusive(
+            name,
+            expected,
+            "no long answer was in flight when the scaler took over: raise load.long_answer_tokens",
+        )
+    bad = broken(taken_over)
+    if at is None:
+        if bad:
+            return failed(name, f"{len(bad)} broken", expected, "long answers", bad, hint)
+        return inconclusive(name, expected, f"the target never showed the scaler act ({when})")
+    met = [r for r in taken_over if r.ended_at > at or r in bad]
+    if not met:
+        first = max(taken_over, key=lambda r: r.ended_at)
+        return inconclusive(
+            name,
+            expected,
+            f"the answer ended {at - first.ended_at:.1f} s before {when}: raise "
+            "load.long_answer_tokens",
+        )
     return judged(
         name,
-        in_flight,
+        met,
         bad,
-        f"long answers in flight when {when}",
+        f"long answers still decoding when {when}",
         hint=hint if bad else None,
-        empty=f"no long answer was in flight when {when}: raise load.long_answer_tokens",
+    )
+
+
+def _removed_at(d: RunData) -> float | None:
+    """When the target showed a victim replica removed (its deletion), after the act."""
+    return min(
+        (
+            e.t
+            for e in d.events
+            if e.kind == "terminating"
+            and d.t_act is not None
+            and e.t >= d.t_act
+            and (e.pod in d.victims or not d.victims)
+        ),
+        default=None,
     )
 
 
 def long_answer_finishes(d: RunData) -> CheckResult:
-    """scale_to_zero: the long answers in flight when the scaler took over finish."""
+    """scale_to_zero: the long answer in flight when the scaler took over finishes, and it
+    was still decoding when a scaler blind to it could act: autoscaler.idle_s after the
+    take-over, or when the replica was removed, if sooner."""
+    could = d.t_act + d.scaler_idle_s if d.t_act is not None else None
+    removed = _removed_at(d)
+    at = min(t for t in (could, removed) if t is not None) if could or removed else None
+    when = (
+        "the replica was removed"
+        if removed is not None and at == removed
+        else f"a scaler blind to it could act (autoscaler.idle_s {d.scaler_idle_s:g} s after "
+        "it took over)"
+    )
     return _long_answers(
         d,
         "long_answer_finishes",
-        "the scaler took over",
+        at,
+        when,
         "the autoscaler scaled a replica to zero with a long answer in flight: it read request "
         "rate or queue length, which are zero during a long decode. Scale down on in-flight "
         "sequences (vllm:num_requests_running), with a cooldown longer than the longest answer",
@@ -780,7 +829,8 @@ def long_answer_survives_scale_down(d: RunData) -> CheckResult:
     return _long_answers(
         d,
         "long_answer_survives_scale_down",
-        "a replica was removed",
+        _removed_at(d),
+        "the replica was removed",
         "the scale-down removed the replica decoding a long answer, and its drain (preStop + "
         "--shutdown-timeout within terminationGracePeriodSeconds) is shorter than the answer. "
         "Make scale-down pick idle replicas (pod-deletion-cost from vllm:num_requests_running) "

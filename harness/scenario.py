@@ -540,6 +540,7 @@ class Scenario:
             victims=self.victims,
             victim_in_flight=self.victim_in_flight,
             recovery_budget_s=self.cfg.scenario.recovery_s,
+            scaler_idle_s=self.cfg.autoscaler.idle_s,
             gateway_logs=str(access_path) if access_path and Path(access_path).exists() else None,
             unparsed_gateway_lines=unparsed.count,
             first_unparsed_line=unparsed.first,

@@ -128,6 +128,7 @@ class RunData:
     # streams in flight on each victim by its engine's own metrics, just before the act
     victim_in_flight: dict[str, int] = field(default_factory=dict)
     recovery_budget_s: float = 60.0
+    scaler_idle_s: float = 0.0  # how long the autoscaler waits for "idle" before it acts
     itl_slo_s: float | None = None
     slo_budgets: dict = field(default_factory=dict)  # {"ttft": {"before": 0.01, ...}, "itl": ...}
     predicted_rollout_s: float | None = None

@@ -392,6 +392,39 @@ def test_long_answer_finishes():
     assert status(r) == "inconclusive" and "long_answer_tokens" in r.reason
 
 
+def test_a_long_answer_is_evidence_only_if_it_was_decoding_when_the_scaler_could_act():
+    """A scaler that reads request rate acts autoscaler.idle_s after it takes over: an
+    answer that ended 1.2 s before then never met it (it PASSed); one still decoding did."""
+    idle = dict(scaler_idle_s=2.0)
+    short = rec("l1", sent=T - 2, dur=2.8, tags={"user": "long"})  # ends T + 0.8
+    r = C.long_answer_finishes(data([short], **idle))
+    assert status(r) == "inconclusive"
+    assert "ended 1.2 s before a scaler blind to it could act" in r.reason, r.reason
+    assert "load.long_answer_tokens" in r.reason
+    outlasting = rec("l2", sent=T - 2, dur=4.01, tags={"user": "long"})  # ends T + 2.01
+    assert status(C.long_answer_finishes(data([outlasting], **idle))) == "pass"
+    # the replica removed before the idle time (a scaler that did not wait): judged then
+    cut = rec("l3", "error_event", sent=T - 2, dur=3, tags={"user": "long"})
+    removed = [ev(T + 0.5, "terminating", "p1")]
+    r = C.long_answer_finishes(data([cut], removed, victims=["p1"], **idle))
+    assert status(r) == "fail" and r.requests == ["l3"]
+
+
+def test_a_scale_down_is_judged_when_the_target_shows_the_replica_removed():
+    answer = rec("l1", sent=T - 2, dur=5, tags={"user": "long"}, pod="p2")  # ends T + 3
+    removed_late = [ev(T + 3.5, "terminating", "p1")]  # 0.5 s after the answer ended
+    r = C.long_answer_survives_scale_down(data([answer], removed_late, victims=["p1"]))
+    assert status(r) == "inconclusive" and "ended 0.5 s before the replica was removed" in r.reason
+    removed = [ev(T + 0.2, "terminating", "p1")]
+    r = C.long_answer_survives_scale_down(data([answer], removed, victims=["p1"]))
+    assert (
+        status(r) == "pass"
+        and r.population == "1 long answers still decoding when the replica was removed"
+    )
+    r = C.long_answer_survives_scale_down(data([answer], [], victims=["p1"]))
+    assert status(r) == "inconclusive" and "never showed the scaler act" in r.reason
+
+
 def test_scaled_to_zero_from_observed_pod_counts():
     zero = [ev(T + 1, "capacity", available=0, pods=1), ev(T + 3, "capacity", available=0, pods=0)]
     assert status(C.scaled_to_zero(data([], zero))) == "pass"

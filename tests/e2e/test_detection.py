@@ -281,6 +281,19 @@ def test_a_drain_whose_answers_end_during_prestop_is_not_evidence(tmp_path):
     assert "load.max_tokens" in proc.stdout
 
 
+def test_an_answer_that_ends_before_the_scaler_acts_is_not_evidence(tmp_path):
+    """A 2 s answer ends about 1 s after a request-rate scaler takes over, before it acts
+    (autoscaler.idle_s = 2 s): nothing met the scaler (it PASSed)."""
+    proc, (summary,) = run_scenarios(
+        tmp_path, "scale_to_zero", "autoscaler.policy=rate", "load.long_answer_tokens=100"
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert summary["verdict"] == "inconclusive", summary["checks"]
+    (check,) = [c for c in summary["checks"] if c["name"] == "long_answer_finishes"]
+    assert "before a scaler blind to it could act" in check["reason"]
+    assert "raise load.long_answer_tokens" in proc.stdout
+
+
 def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
     """No ending hides a broken stream: the PDB refuses the node drain's second eviction
     (the first one's replacement needs 5 s to start, the drain retries for 1 s), and the
