@@ -110,6 +110,35 @@ class LoadRun:
                 f"target answers {r.status_code} for {self.settings.path}; "
                 "check load.path and the base URL (it should not include /v1/...)"
             )
+        self._check_context(headers)
+
+    def _check_context(self, headers: dict) -> None:
+        """The answers asked for fit the model's context (max_model_len, which vLLM reports
+        in /v1/models): one that does not is refused with a 400 on every request."""
+        try:
+            r = httpx.get(self.url + "/v1/models", headers=headers, timeout=5.0)
+            cards = r.json().get("data") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return
+        if not isinstance(cards, list) or not cards:
+            return
+        s = self.settings
+        card = next((c for c in cards if isinstance(c, dict) and c.get("id") == s.model), None)
+        card = card or (cards[0] if isinstance(cards[0], dict) else {})
+        limit = card.get("max_model_len")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            return
+        prompt = max(p.tokens for p in s.prompt_tokens)
+        asked = [("load.max_tokens", max(m.tokens for m in s.max_tokens))]
+        if s.long_answer_user:
+            asked.append(("load.long_answer_tokens", s.long_answer_tokens))
+        for key, tokens in asked:
+            if tokens + prompt > limit:
+                raise LoadError(
+                    f"{key} asks for answers of {tokens} tokens, and with prompts of up to "
+                    f"{prompt} they do not fit model {card.get('id')!r}: its max_model_len is "
+                    f"{limit} (its /v1/models); lower {key} to at most {limit - prompt}"
+                )
 
     def start(self) -> LoadRun:
         self.load_dir.mkdir(parents=True, exist_ok=True)

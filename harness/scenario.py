@@ -195,6 +195,14 @@ class Scenario:
         # requests belong to the disruption
         self.t_step = step_at
         self.target.action("load_step", users=self.load.settings.step_users, t=step_at)
+        steady = self._steady_at()
+        if step_at < steady:
+            self.inconclusive(
+                f"the load step came {steady - step_at:.1f} s before the steady state was "
+                f"reached (load.step_at_s {self.load.settings.step_at_s:g} s after the load "
+                "started): its queueing is not the steady state's; raise load.step_at_s",
+                stage="disruption",
+            )
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
         """Poll the pod's /health in the background until judged (drain behaviour)."""

@@ -104,6 +104,22 @@ def test_unreachable_target_and_404_path(sim_factory, tmp_path):
         run.preflight()
 
 
+def test_answers_longer_than_the_models_context_are_refused_before_the_load(sim_factory, tmp_path):
+    """The engine reports its max_model_len in /v1/models (vLLM does): an answer that
+    cannot fit is one line before any request, not a 400 on every one of them."""
+    sim = sim_factory(max_model_len=1000)
+    fits = settings(max_tokens=[Share(900)], prompt_tokens=[Share(64)])
+    LoadRun(sim.url, tmp_path, fits, Thresholds(5)).preflight()
+    too_long = settings(max_tokens=[Share(30), Share(980, 0.1)], prompt_tokens=[Share(64)])
+    with pytest.raises(LoadError) as e:
+        LoadRun(sim.url, tmp_path, too_long, Thresholds(5)).preflight()
+    assert "load.max_tokens asks for answers of 980 tokens" in str(e.value)
+    assert "max_model_len is 1000" in str(e.value) and "at most 936" in str(e.value)
+    long_user = settings(long_answer_user=True, long_answer_tokens=5000)
+    with pytest.raises(LoadError, match="load.long_answer_tokens asks for answers of 5000"):
+        LoadRun(sim.url, tmp_path, long_user, Thresholds(5)).preflight()
+
+
 @pytest.mark.parametrize(
     "data, message",
     [

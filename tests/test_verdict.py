@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -589,6 +590,11 @@ def test_nginx_error_lines_join_by_connection():
             ["load.stop_timeout_s=2", "slo.stall_timeout_s=5"],
             "load.stop_timeout_s (2) is below slo.stall_timeout_s (5)",
         ),
+        (
+            # the GPU profile's nightly did this: a step at 10 s inside a 60 s warm-up
+            ["scenario.warmup_s=60", "load.step_at_s=10"],
+            "--set load.step_at_s=10: config: load.step_at_s (10) is inside scenario.warmup_s",
+        ),
     ],
 )
 def test_bad_slo_settings_are_one_line_errors(sets, words):
@@ -696,3 +702,16 @@ def test_a_version_that_never_became_ready_does_not_pass_the_startup_check():
     assert C.starts_without_restarts("v2", {}, probes, 4.0)(data([rec("r1")])).status == (
         "inconclusive"
     )
+
+
+def test_the_gpu_profile_passes_its_own_config_checks():
+    """deploy/vllm/rollcheck.yaml, as the nightly loads it: its load step after the warm-up,
+    and answers that fit the 8k-context model it says it is sized for."""
+    from harness.cluster.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "deploy/vllm/rollcheck.yaml")
+    assert cfg.load.step_at_s > cfg.scenario.warmup_s
+    prompt = max(p.tokens for p in cfg.load.prompt_tokens)
+    longest = max([m.tokens for m in cfg.load.max_tokens] + [cfg.load.long_answer_tokens])
+    assert longest + prompt <= 8192

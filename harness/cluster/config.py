@@ -324,6 +324,14 @@ class RunConfig:
                 f"slo.stall_timeout_s ({self.slo.stall_timeout_s:g}): raise load.stop_timeout_s "
                 "to at least the stall timeout"
             )
+        if self.load.step_at_s <= self.scenario.warmup_s:
+            # scale_up judges the step against the steady state before it
+            raise ValueError(
+                f"load.step_at_s ({self.load.step_at_s:g}) is inside scenario.warmup_s "
+                f"({self.scenario.warmup_s:g}): scale_up's load step would come before the "
+                "steady state, and its own queueing be judged as the steady state's; set "
+                "load.step_at_s above scenario.warmup_s (with time for the streams in flight)"
+            )
 
 
 def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunConfig:
@@ -349,7 +357,7 @@ def _culprit(message: str, sets: list[str]) -> str | None:
         parts = s.split("=", 1)[0].strip().split(".")
         for i in range(len(parts), 0, -1):
             key = ".".join(parts[:i])
-            if message.startswith(key + ":") or f"'{key}'" in message:
+            if message.startswith(key + ":") or f"'{key}'" in message or f"{key} (" in message:
                 return s
     return None
 

@@ -85,6 +85,9 @@ def test_max_tokens_above_the_model_length_and_unknown_model(one_slot):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "max_tokens" and err["code"] == 400
     assert "cannot be greater than max_model_len=1024" in err["message"]
+    # the context the load's preflight reads, before sending answers that cannot fit
+    (card,) = httpx.get(one_slot.url + "/v1/models", timeout=30).json()["data"]
+    assert card["max_model_len"] == 1024
     r = httpx.post(one_slot.url + CHAT, json=body(5, model="nope"), timeout=30)
     err = r.json()["error"]
     assert r.status_code == 404 and err["type"] == "NotFoundError" and err["param"] == "model"

@@ -438,6 +438,7 @@ GPU_PROFILE_SCALED_DOWN = [
     KUBE_LOCAL_TTFT,
     "slo.stall_timeout_s=5",
     "scenario.warmup_s=1",
+    "load.step_at_s=10",
     "scenario.in_flight=2",
     "scenario.steady_state_s=60",
     "scenario.cool_down_s=2",
