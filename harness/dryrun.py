@@ -139,7 +139,10 @@ class DryRunScenario(Scenario):
     def wait_queues_clear(self) -> None:
         return None
 
-    def require_gpus(self, surge: int) -> None:
+    def require_gpus(self, surge: int, what: str = "", pods: str = "") -> None:
+        return None
+
+    def require_gpus_for_step(self) -> None:
         return None
 
     def judge(self, *checks, **options) -> dict:

@@ -464,9 +464,9 @@ class Scenario:
         if blocker:
             self.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
-    def require_gpus(self, surge: int) -> None:
-        """Before acting: SKIPPED if a rollout's surge pods cannot get GPUs (they would
-        stay Pending until the rollout timed out)."""
+    def require_gpus(self, surge: int, what: str = "the rollout", pods: str = "surge pods") -> None:
+        """Before acting: SKIPPED if the pods the act adds cannot get GPUs (they would stay
+        Pending until the scenario timed out)."""
         if surge <= 0:
             return
         free = self.target.free_gpus()
@@ -475,9 +475,22 @@ class Scenario:
         have, per_pod = free
         if surge * per_pod > have:
             self.skip(
-                f"the rollout needs {surge * per_pod} free GPUs ({surge} surge pods x "
-                f"{per_pod}) and the schedulable nodes have {have}: lower maxSurge or free GPUs"
+                f"{what} needs {surge * per_pod} free GPUs ({surge} {pods} x {per_pod}) and "
+                f"the schedulable nodes have {have}: lower maxSurge or free GPUs"
+                if pods == "surge pods"
+                else f"{what} needs {surge * per_pod} free GPUs ({surge} {pods} x {per_pod}) "
+                f"and the schedulable nodes have {have}: free GPUs, or lower "
+                "scenario.step_users"
             )
+
+    def require_gpus_for_step(self) -> None:
+        """Before acting (scale_up): SKIPPED if the replicas an HPA would add for the load
+        step (scenario.step_users in flight, scenario.hpa_target_in_flight per replica)
+        cannot all get GPUs."""
+        current = len(self.target.ready_pods())
+        per_replica = self.cfg.scenario.step_users / max(1, current)
+        desired = hpa_desired(current, per_replica, self.cfg.scenario.hpa_target_in_flight)
+        self.require_gpus(desired - current, "the load step", "new replicas")
 
     def inconclusive(self, reason: str, stage: str = "steady_state"):
         """End the scenario early, with the reason: INCONCLUSIVE, unless a stream broke.

@@ -9,6 +9,7 @@ from harness import checks
 def test_scale_up(scenario):
     # steady state: light load on a single replica
     scenario.prepare_replicas(1)
+    scenario.require_gpus_for_step()  # SKIPPED if the new replicas could never be scheduled
     scenario.steady_state(shape="step", users=2, step_users=scenario.step_users, in_flight=1)
 
     # act: the step arrives; the autoscaler (HPA arithmetic on in-flight requests) reacts

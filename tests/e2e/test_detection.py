@@ -370,6 +370,22 @@ def test_a_rollout_the_nodes_cannot_hold_is_skipped_with_its_reason(tmp_path):
     assert summary["requests"] == 0  # nothing was started: no load, no action
 
 
+def test_a_load_step_the_nodes_cannot_hold_is_skipped_with_its_reason(tmp_path):
+    """The HPA would add 3 replicas for the step and there is 1 free GPU: SKIPPED before
+    the load starts (it FAILed 'did not recover' after the whole recovery wait)."""
+    proc, (summary,) = run_scenarios(
+        tmp_path,
+        "scale_up",
+        "gpus_per_node=1",
+        "replicas=2",
+        "pdb.min_available=1",
+        options=("-rs",),
+    )
+    reason = "the load step needs 3 free GPUs (3 new replicas x 1) and the schedulable nodes have 1"
+    assert summary["verdict"] == "skipped" and reason in summary["reason"], summary
+    assert reason in proc.stdout and summary["requests"] == 0
+
+
 def test_an_slo_this_machine_cannot_meet_is_said_before_acting(tmp_path):
     """slo.calibrate measures an engine before the first scenario: a --set SLO below the
     machine's unloaded TTFT is kept (and FAILs), and the user is told so before the
