@@ -145,6 +145,9 @@ class DryRunScenario(Scenario):
     def require_gpus_for_step(self) -> None:
         return None
 
+    def confirm_rolled_out(self, version: str) -> None:
+        return None
+
     def judge(self, *checks, **options) -> dict:
         self._health_stop.set()
         planned = [

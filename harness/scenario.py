@@ -259,18 +259,60 @@ class Scenario:
             client_settings=settings,
         )
 
+    def require_candidate(self, version: str, engine: dict | None = None, key: str = "") -> None:
+        """Before acting: a one-line config error when a rollout to `version` would not meet
+        a new candidate (its version is the baseline's; on a cluster, an image and engine
+        settings that change nothing in the pod template), naming the keys to set."""
+        from harness.config import ConfigError
+
+        problem = self.target.candidate_problem(version, engine or {}, key or "next_version")
+        if problem:
+            raise ConfigError(problem)
+
+    def _new_pods(self, version: str, pods: list) -> list:
+        """Of these pods, the ones the act made: of the version, created after the rollout
+        (a second's slack: Kubernetes stamps creation to the second), and running the
+        candidate's image where the target has images."""
+        since = disruption_time(self.target.events())
+        if since is None:
+            return []  # nothing was rolled out: no pod is the candidate's
+        image = self.target.candidate_image(version)
+        return [
+            p
+            for p in pods
+            if p.version == version
+            and p.created_at >= since - 1.0
+            and (image is None or p.image is None or p.image == image)
+        ]
+
+    def confirm_rolled_out(self, version: str) -> None:
+        """After the rollout: every ready pod is one the rollout made, running the candidate.
+        Otherwise the run stops (INCONCLUSIVE, or FAIL if a stream broke)."""
+        pods = self.target.ready_pods()
+        new = self._new_pods(version, pods)
+        old = [p.name for p in pods if p not in new]
+        if old or not new:
+            self.inconclusive(
+                f"the rollout to {version} did not take effect: "
+                + (f"{', '.join(old)} still serve{'s' if len(old) == 1 else ''} " if old else "")
+                + f"({len(new)} ready pods were created by it and run the candidate)",
+                stage="disruption",
+            )
+        self.target.action("rolled_out", version=version, pods=[p.name for p in new])
+
     def wait_version_ready(self, version: str, timeout_s: float):
         """The first ready pod of a version (the canary replica)."""
         found: list = []
 
         def ready() -> bool:
-            found[:] = [p for p in self.target.ready_pods() if p.version == version]
+            found[:] = self._new_pods(version, self.target.ready_pods())
             return bool(found)
 
         if not self.wait_for(ready, timeout_s, f"a ready pod of version {version}"):
             self.inconclusive(
-                f"no pod of version {version} became ready within {timeout_s:g} s: nothing to "
-                "compare (the startup scenario shows why a version does not start)",
+                f"no pod of version {version} made by the rollout became ready within "
+                f"{timeout_s:g} s: nothing to compare (the startup scenario shows why a "
+                "version does not start)",
                 stage="disruption",
             )
         return found[0]
@@ -284,11 +326,10 @@ class Scenario:
         state = ["timeout"]
 
         def settled() -> bool:
-            for p in self.target.pods():
-                if p.version == version:
-                    seen[p.name] = max(seen.get(p.name, 0), p.restarts)
-                    if p.ready and not p.terminating:
-                        state[0] = "ready"
+            for p in self._new_pods(version, self.target.pods()):
+                seen[p.name] = max(seen.get(p.name, 0), p.restarts)
+                if p.ready and not p.terminating:
+                    state[0] = "ready"
             if any(n >= restarts for n in seen.values()):
                 state[0] = "crash loop"
             return state[0] != "timeout"

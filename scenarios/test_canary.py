@@ -24,6 +24,8 @@ def test_canary(scenario):
         engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
 
     scenario.require_gpus(1)  # the canary replica needs a GPU of its own
+    # a config error if the candidate is the baseline (its version, or on a cluster its image)
+    scenario.require_candidate(version, dict(cfg.engine), "canary.version" if cfg.version else "")
 
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()

@@ -23,6 +23,7 @@ def test_rollout(scenario, strategy):
 
     surge, unavailable = scenario.resolve_strategy(max_surge, max_unavailable)
     scenario.require_gpus(surge)  # SKIPPED if the surge pods could never be scheduled
+    scenario.require_candidate(scenario.cfg.next_version)  # a config error if it is no change
 
     # steady state
     scenario.steady_state()
@@ -32,8 +33,9 @@ def test_rollout(scenario, strategy):
         scenario.cfg.next_version, max_surge=max_surge, max_unavailable=max_unavailable
     )
 
-    # observe
+    # observe: the rollout done, and every ready pod one it made, running the candidate
     scenario.wait_rollout()
+    scenario.confirm_rolled_out(scenario.cfg.next_version)
     scenario.wait_recovered()
     scenario.cool_down()
 

@@ -21,10 +21,12 @@ def test_startup(scenario):
     probes = scenario.pod_probes()
     scenario.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
 
-    scenario.steady_state()
-    # act: the new version loads its weights for scenario.startup_version_s (the
+    # act (below): the new version loads its weights for scenario.startup_version_s (the
     # simulator's); 0 on a real cluster: the new image's own start-up (kube.image)
     slow = {"startup_s": t.startup_version_s} if t.startup_version_s else {}
+    scenario.require_candidate(version, slow)  # a config error if it is no change
+
+    scenario.steady_state()
     scenario.target.rollout(version, engine=slow)
     if scenario.dry_run:
         scenario.judge()

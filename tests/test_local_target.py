@@ -460,3 +460,23 @@ def test_a_queue_that_outlasts_the_recovery_bound_is_left_to_the_judge(target_fa
     ]
     for a in answers:
         a.join()
+
+
+def test_the_pods_judged_as_the_candidate_are_the_ones_its_rollout_made(target_factory, tmp_path):
+    """A canary found by its version label alone was the baseline when the two shared a
+    version: the candidate's pods are the ones created after the rollout."""
+    from harness.scenario import Scenario
+
+    t = target_factory(replicas=2)
+    scenario = Scenario("s", "rollout", t.cfg, t, tmp_path / "run")
+    t.action("steady_state")
+    before = t.ready_pods()
+    assert scenario._new_pods("v1", before) == []  # no rollout yet: nothing is new
+    t.rollout("v2", max_surge="1", max_unavailable="0")
+    t.wait_settled(2, 30)
+    after = t.ready_pods()
+    assert sorted(p.name for p in scenario._new_pods("v2", after)) == sorted(p.name for p in after)
+    assert not {p.name for p in before} & {p.name for p in after}
+    with pytest.raises(Exception, match="the baseline's version"):
+        scenario.require_candidate("v1", {}, "canary.version")
+    scenario.require_candidate("v3")  # a new version: no error

@@ -33,6 +33,7 @@ class PodView:
     terminating: bool
     restarts: int
     created_at: float
+    image: str | None = None  # the engine container's image, where the target has images
 
 
 class TargetError(RollcheckError, RuntimeError):
@@ -159,6 +160,23 @@ class Target(abc.ABC):
     def free_gpus(self) -> tuple[int, int] | None:
         """(GPUs free on schedulable nodes, GPUs one pod needs), or None when pods do not
         hold GPUs here (or the count cannot be known)."""
+        return None
+
+    def candidate_image(self, version: str) -> str | None:
+        """The image a rollout to `version` sets, where the target has images."""
+        return None
+
+    def candidate_problem(self, version: str, engine: dict, key: str) -> str | None:
+        """Why a rollout to `version` (with these engine settings) would not meet a new
+        candidate at all, naming the config keys to set; None when it would. `key` is the
+        setting the version came from (next_version, canary.version)."""
+        baseline = getattr(self, "cfg", None)
+        if baseline is not None and version == baseline.version:
+            return (
+                f"{key} is {version!r}, the baseline's version (version): the scenario would "
+                f"meet the baseline's own build, not a candidate; set {key} to the candidate's "
+                "version"
+            )
         return None
 
     def auth_headers(self) -> dict[str, str]:

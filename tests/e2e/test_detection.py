@@ -294,6 +294,17 @@ def test_an_answer_that_ends_before_the_scaler_acts_is_not_evidence(tmp_path):
     assert "raise load.long_answer_tokens" in proc.stdout
 
 
+def test_a_candidate_that_is_the_baseline_is_a_config_error_before_acting(tmp_path):
+    """A canary of the baseline's own version (with a degraded engine) was compared with
+    the baseline pod itself, found by its version label: PASS, promoted, 8 of 8 identical."""
+    proc, summaries = run_scenarios(
+        tmp_path, "canary", "canary.version=v1", "canary.engine.degraded=true"
+    )
+    assert proc.returncode != 0 and summaries == [], proc.stdout[-2000:]
+    assert "canary.version is 'v1', the baseline's version (version)" in proc.stdout
+    assert "Traceback" not in proc.stdout
+
+
 def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
     """No ending hides a broken stream: the PDB refuses the node drain's second eviction
     (the first one's replacement needs 5 s to start, the drain retries for 1 s), and the

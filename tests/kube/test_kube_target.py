@@ -394,6 +394,7 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
         f"kube.gateway_url={ingress.url}",
         "load.max_tokens=[{tokens: 400}]",  # answers outlast the moment of the SIGTERM
         "scenario.recovery_s=60",
+        "kube.image=rollcheck/sim:{version}",  # a rollout to a new image, not a restart
         *sets,
     ]:
         args += ["--set", s]
@@ -451,6 +452,10 @@ GPU_PROFILE_SCALED_DOWN = [
     "canary.ready_s=60",
     "load.long_answer_tokens=300",  # 6 s: within deploy/sim's 8 s drain
     "load.start_timeout_s=30",
+    # deploy/sim's image and tags, for the GPU profile's vllm/vllm-openai:{version}
+    "kube.image=rollcheck/sim:{version}",
+    "version=v1",
+    "next_version=v2",
 ]
 
 

@@ -104,6 +104,26 @@ class Preflight:
                     free -= int(str(((c.resources and c.resources.requests) or {}).get(GPU, 0)))
         return max(0, free), per_pod
 
+    def candidate_image(self, version: str) -> str | None:
+        return self.cfg.kube.image.replace("{version}", version) if self.cfg.kube.image else None
+
+    def candidate_problem(self, version: str, engine: dict, key: str) -> str | None:
+        problem = super().candidate_problem(version, engine, key)
+        if problem or engine:
+            return problem
+        dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
+        current = dep.spec.template.spec.containers[0].image
+        image = self.candidate_image(version) or current
+        if image != current:
+            return None
+        why = "kube.image is not set" if not self.cfg.kube.image else f"kube.image gives {image}"
+        return (
+            f"{why}: a rollout to {version} would change nothing in the pod template of "
+            f"deployment/{self.k.deployment} but its version label, and restart the baseline's "
+            f"image {current}; set kube.image to the candidate's image, e.g. "
+            "registry/vllm-openai:{version} (with version and next_version its tags)"
+        )
+
     def autoscaler_blocker(self) -> str | None:
         if self.k.scale_to_zero != "wait" or self._scaled_objects() or self._hpas():
             return None

@@ -84,6 +84,7 @@ def pod_view(pod, port: int) -> PodView:
         terminating=pod.metadata.deletion_timestamp is not None,
         restarts=sum(c.restart_count for c in (pod.status.container_statuses or [])),
         created_at=_ts(pod.metadata.creation_timestamp),
+        image=pod.spec.containers[0].image,
     )
 
 
