@@ -9,6 +9,7 @@ a folder written by one pytest run (reports/<time>-<target>/<run>/summary.json).
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,21 @@ from harness.verdict import PHASES
 
 # worse is higher: a verdict that moves right is a regression
 VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
-LATENCY = (("ttft_s", "TTFT"), ("itl_max_s", "longest ITL"), ("e2e_s", "end to end"))
-PERCENTILES = ("p50", "p90", "p99")
-# differences smaller than these are noise, not a change worth a colour
+# per-request latencies, from each run's records.jsonl (complete streams); end-to-end time
+# per output token, not per request: a request's time is mostly its answer's length
+LATENCY = (
+    ("ttft_s", "TTFT"),
+    ("itl_max_s", "longest ITL"),
+    ("per_token_s", "end to end per output token"),
+)
+# a latency change is claimed only when the two runs' samples differ beyond their noise:
+# a two-sided Mann-Whitney U test at ALPHA, each sample at least MIN_SAMPLE requests, and
+# a median that moved by at least LATENCY_TOLERANCE (and LATENCY_FLOOR_S)
+ALPHA = 0.01
+MIN_SAMPLE = 20
 GOODPUT_TOLERANCE = 0.01  # one percentage point
-LATENCY_TOLERANCE = 0.10  # 10 %, and at least LATENCY_FLOOR_S
-LATENCY_FLOOR_S = 0.005
+LATENCY_TOLERANCE = 0.10
+LATENCY_FLOOR_S = 0.001
 
 COMPARE_CSS = """
 .worse{background:#ffebee;color:#b71c1c;font-weight:600}
@@ -88,8 +98,54 @@ def share(s: dict, phase: str = "all") -> float | None:
     return ((s.get("goodput") or {}).get(phase) or {}).get("share")
 
 
-def latency(s: dict, phase: str, metric: str, pct: str) -> float | None:
-    return (((s.get("latency") or {}).get(phase) or {}).get(metric) or {}).get(pct)
+def samples(run: dict, metric: str) -> list[float]:
+    """One latency of each complete stream of a run, from its records.jsonl."""
+    import json
+
+    path = Path(run["_folder"]) / "records.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    with path.open(errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError:
+                raise ReportInputError(
+                    f"{path}:{n} is not a JSON record; rerun the scenario, or compare without it"
+                ) from None
+            if not isinstance(r, dict) or r.get("outcome") != "complete":
+                continue
+            if metric == "per_token_s":
+                tokens, took = r.get("tokens"), r.get("duration_s")
+                value = took / tokens if _number(took) and _number(tokens) and tokens > 0 else None
+            else:
+                value = r.get(metric)
+            if _number(value):
+                out.append(float(value))
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def latency_change(base: list[float], cand: list[float]) -> tuple[str, str]:
+    """('worse' | 'better' | '', what the test said) for two runs' per-request samples."""
+    if len(base) < MIN_SAMPLE or len(cand) < MIN_SAMPLE:
+        return "", f"cannot tell: {len(base)} and {len(cand)} requests (fewer than {MIN_SAMPLE})"
+    from scipy.stats import mannwhitneyu
+
+    p = float(mannwhitneyu(base, cand, alternative="two-sided").pvalue)
+    mb, mc = statistics.median(base), statistics.median(cand)
+    said = f"Mann-Whitney U p = {p:.2g}, n = {len(base)} and {len(cand)}"
+    if p >= ALPHA:
+        return "", said + f": within the noise at {ALPHA:g}"
+    if abs(mc - mb) < max(LATENCY_TOLERANCE * mb, LATENCY_FLOOR_S):
+        return "", said + f": a median change under {LATENCY_TOLERANCE:.0%}"
+    return ("worse" if mc > mb else "better"), said
 
 
 def change(kind: str, base, cand) -> str:
@@ -100,35 +156,41 @@ def change(kind: str, base, cand) -> str:
         d = VERDICT_RANK.get(cand, 3) - VERDICT_RANK.get(base, 3)
     elif kind == "goodput":  # higher is better
         d = 0 if abs(cand - base) < GOODPUT_TOLERANCE else base - cand
-    elif kind == "latency":  # lower is better
-        tol = max(LATENCY_TOLERANCE * base, LATENCY_FLOOR_S)
-        d = 0 if abs(cand - base) < tol else cand - base
     else:  # counts of broken streams: fewer is better
         d = cand - base
     return "worse" if d > 0 else "better" if d < 0 else ""
 
 
 def compare_runs(base: dict, cand: dict) -> dict:
-    """Every figure of one scenario in both sessions, and what changed."""
+    """Every figure of one scenario in both sessions, and what changed: rows of (figure,
+    baseline, candidate, 'worse' | 'better' | '', how it was told)."""
     rows = [
         (
             "verdict",
             base["verdict"],
             cand["verdict"],
             change("verdict", base["verdict"], cand["verdict"]),
+            "",
         ),
-        ("broken streams", broken(base), broken(cand), change("count", broken(base), broken(cand))),
+        (
+            "broken streams",
+            broken(base),
+            broken(cand),
+            change("count", broken(base), broken(cand)),
+            "",
+        ),
     ]
     for p in ("all", *PHASES):
         b, c = share(base, p), share(cand, p)
         if b is not None or c is not None:
-            rows.append((f"goodput {p}", b, c, change("goodput", b, c)))
-    for p in PHASES if "before" in (base.get("latency") or {}) else ("all",):
-        for metric, label in LATENCY:
-            for pct in PERCENTILES:
-                b, c = latency(base, p, metric, pct), latency(cand, p, metric, pct)
-                if b is not None or c is not None:
-                    rows.append((f"{label} {pct} {p}", b, c, change("latency", b, c)))
+            rows.append((f"goodput {p}", b, c, change("goodput", b, c), ""))
+    for metric, label in LATENCY:
+        b, c = samples(base, metric), samples(cand, metric)
+        if not b and not c:
+            continue
+        ch, said = latency_change(b, c)
+        median = lambda v: statistics.median(v) if v else None  # noqa: E731
+        rows.append((f"{label}, median", median(b), median(c), ch, said))
     changes = [r[3] for r in rows]
     status = "regressed" if "worse" in changes else "improved" if "better" in changes else "same"
     return {"rows": rows, "status": status}
@@ -183,13 +245,15 @@ def render_compare(base: Session, cand: Session, page: Path) -> tuple[str, dict]
         )
         rows = "".join(
             f"<tr><td>{_e(label)}</td><td class=num>{_e(_fmt(bv))}</td>"
-            f"<td class='num {ch}'>{_e(_fmt(cv))}</td><td class='{ch}'>{ch}</td></tr>"
-            for label, bv, cv, ch in c["rows"]
+            f"<td class='num {ch}'>{_e(_fmt(cv))}</td><td class='{ch}'>{ch}</td>"
+            f"<td class=small>{_e(said)}</td></tr>"
+            for label, bv, cv, ch, said in c["rows"]
         )
         details.append(
             f"<h2 id='{_e(name)}'>{_e(name)} <span class='small {cls}'>{c['status']}</span></h2>"
             f"<p class=small>{_link(page, b, 'baseline report')} · {_link(page, k, 'candidate report')}"
-            "</p><table><tr><th></th><th>baseline</th><th>candidate</th><th>change</th></tr>"
+            "</p><table><tr><th></th><th>baseline</th><th>candidate</th><th>change</th>"
+            "<th>how it was told</th></tr>"
             f"{rows}</table>"
         )
     only = ""
@@ -210,8 +274,11 @@ def render_compare(base: Session, cand: Session, page: Path) -> tuple[str, dict]
         f"<h1>rollcheck: {_e(base.name)} → {_e(cand.name)}</h1>"
         f"<p class=muted>baseline {_e(base.folder)} · candidate {_e(cand.folder)} · "
         f"{len(result['common'])} scenario runs in both: {counts['regressed']} regressed, "
-        f"{counts['improved']} improved, {counts['same']} the same. Changes smaller than "
-        f"{GOODPUT_TOLERANCE:.0%} goodput or {LATENCY_TOLERANCE:.0%} latency are not marked.</p>"
+        f"{counts['improved']} improved, {counts['same']} the same. A goodput change under "
+        f"{GOODPUT_TOLERANCE:.0%} is not marked; a latency change is marked only when a "
+        f"two-sided Mann-Whitney U test on the two runs' per-request values (complete streams, "
+        f"at least {MIN_SAMPLE} each) says so at {ALPHA:g} and the median moved by "
+        f"{LATENCY_TOLERANCE:.0%} or more.</p>"
         "<table><tr><th>scenario run</th><th>baseline</th><th>candidate</th><th>goodput before</th>"
         "<th>goodput after</th><th>broken before</th><th>broken after</th><th>change</th></tr>"
         + "".join(overview)

@@ -423,3 +423,34 @@ def test_an_slo_this_machine_cannot_meet_is_said_before_acting(tmp_path):
     actions = [e.get("action") for e in summary_actions(tmp_path)]
     assert actions.count("warmed") == 3  # the scenario's three replicas
     assert max(i for i, a in enumerate(actions) if a == "warmed") < actions.index("steady_state")
+
+
+def test_compare_claims_a_real_slowdown_and_not_the_noise_of_a_rerun(tmp_path):
+    """Three sessions of the same drain, run as a user runs them: a rerun of the healthy
+    config is not a regression; an engine whose tokens come 2.5 times slower is, on its
+    time per output token, with the test's figures shown."""
+    import subprocess
+    import sys
+
+    sessions = []
+    for i, sets in enumerate(([], [], ["engine.itl_s=0.05"])):
+        proc, _ = run_scenarios(tmp_path / str(i), "drain and pod", "load.users=8", *sets)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        sessions.append(next((tmp_path / str(i)).glob("*-local")))
+
+    def compare(base: Path, cand: Path) -> tuple[subprocess.CompletedProcess, str]:
+        out = tmp_path / f"{base.parent.name}-{cand.parent.name}.html"
+        args = ["report", "--compare", str(base), str(cand), "--out", str(out)]
+        r = subprocess.run(
+            [sys.executable, "-m", "harness.cli", *args, "--fail-on-regression"],
+            capture_output=True,
+            text=True,
+        )
+        return r, out.read_text() if out.exists() else ""
+
+    r, page = compare(sessions[0], sessions[1])
+    assert r.returncode == 0 and "0 regressed" in r.stdout, r.stdout + page[-3000:]
+    r, page = compare(sessions[0], sessions[2])
+    assert r.returncode == 1 and "1 regressed" in r.stdout, r.stdout
+    row = page[page.index("end to end per output token, median") :].split("</tr>")[0]
+    assert "worse" in row and "Mann-Whitney U p = " in row, row
