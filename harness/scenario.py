@@ -434,7 +434,8 @@ class Scenario:
 
         def replacement_served() -> bool:
             for p in self.target.ready_pods():
-                fresh = p.restarts > restarted if p.name == pod else p.created_at > t_kill
+                # (a second's slack: Kubernetes stamps creation to the second)
+                fresh = p.restarts > restarted if p.name == pod else p.created_at > t_kill - 1.0
                 if fresh and self.target.pod_metrics(p.name).get("vllm:request_success_total"):
                     served[:] = [p.name]
                     return True

@@ -434,8 +434,10 @@ def test_compare_claims_a_real_slowdown_and_not_the_noise_of_a_rerun(tmp_path):
 
     sessions = []
     for i, sets in enumerate(([], [], ["engine.itl_s=0.05"])):
-        proc, _ = run_scenarios(tmp_path / str(i), "drain and pod", "load.users=8", *sets)
-        assert proc.returncode == 0, proc.stdout[-2000:]
+        # 8 s of load after recovery: enough requests in each run for the test to tell
+        proc, _ = run_scenarios(tmp_path / str(i), "drain and pod", "scenario.cool_down_s=8", *sets)
+        if not sets:  # the healthy config passes; the slow engine may break its TTFT budget
+            assert proc.returncode == 0, proc.stdout[-2000:]
         sessions.append(next((tmp_path / str(i)).glob("*-local")))
 
     def compare(base: Path, cand: Path) -> tuple[subprocess.CompletedProcess, str]:

@@ -778,3 +778,56 @@ def test_pods_log_reaches_the_node_agent_and_follows_the_ingress_log(
     with pytest.raises(client.ApiException) as exc:
         core.read_namespaced_pod_log("no-such-pod", namespace)
     assert exc.value.status == 404
+
+
+def test_a_pod_kill_counts_once_the_cluster_shows_the_pod_gone_and_a_replacement_serving(
+    kube_local, namespace, deployed, tmp_path
+):
+    """On a cluster the kill is a force delete: it took effect when the watch shows the
+    pod removed, and recovery runs until a pod the ReplicaSet made after it is ready
+    and has served a complete stream (not a view of the pods from before the kill)."""
+    ingress = deployed()
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "pod_kill",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        "scenario.recovery_s=60",
+        KUBE_LOCAL_TTFT,
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+    events = [
+        json.loads(line)
+        for line in (Path(summary["report"]).parent / "events.jsonl").read_text().splitlines()
+    ]
+    acts = {e["detail"].get("action"): e for e in events if e["kind"] == "action"}
+    assert acts["kill_seen"]["detail"]["evidence"] == "pod_removed", r.stdout[-2000:]
+    served = acts["replacement_served"]
+    assert served["pod"] != acts["kill"]["pod"] and served["t"] > acts["kill_seen"]["t"]
+    created = next(e for e in events if e["kind"] == "pod_created" and e["pod"] == served["pod"])
+    assert created["t"] >= acts["kill"]["t"] - 1  # made by the ReplicaSet after the kill
+    (recovery,) = [c for c in summary["checks"] if c["name"] == "recovery_time"]
+    took = float(recovery["observed"].split()[0])
+    assert took >= created["t"] - acts["kill"]["t"]  # no recovery before the replacement
+
+
+def test_a_canary_that_would_restart_the_baselines_image_is_a_config_error(
+    kube_local, namespace, deployed, tmp_path
+):
+    """Without kube.image a rollout changes nothing in the pod template but its label: the
+    canary would compare the baseline's build with itself (it did, and PASSed)."""
+    ingress = deployed()
+    before = deployment(kube_local, namespace).metadata.resource_version
+    r, summaries = run_scenarios(
+        tmp_path / "reports",
+        "canary",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+    assert r.returncode != 0 and summaries == [], r.stdout[-2000:]
+    assert "kube.image is not set: a rollout to v2 would change nothing" in r.stdout
+    assert "Traceback" not in r.stdout
+    assert deployment(kube_local, namespace).metadata.resource_version == before  # untouched
