@@ -786,14 +786,15 @@ def _long_answers(d: RunData, name: str, at: float | None, when: str, hint: str)
 
 
 def _removed_at(d: RunData) -> float | None:
-    """When the target showed a victim replica removed (its deletion), after the act."""
+    """When the target showed a victim replica removed (its deletion), after the act: a
+    second's slack before it, as Kubernetes stamps a deletion to the second."""
     return min(
         (
             e.t
             for e in d.events
             if e.kind == "terminating"
             and d.t_act is not None
-            and e.t >= d.t_act
+            and e.t >= d.t_act - 1.0
             and (e.pod in d.victims or not d.victims)
         ),
         default=None,
