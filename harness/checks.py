@@ -737,13 +737,22 @@ def recovery_time(d: RunData) -> CheckResult:
             hint=why[-1] if why else "the target never returned to its desired ready replicas",
         )
     took = round(d.t_recovered - d.t_act, 2)
+    population = "the target's replicas"
+    acts = {e.detail.get("action"): e for e in d.events if e.kind == "action"}
+    if "kill_seen" in acts and "replacement_served" in acts:
+        seen, served = acts["kill_seen"], acts["replacement_served"]
+        population = (
+            f"from the kill to a replacement serving: the engine seen dead "
+            f"({seen.detail.get('evidence')}) at {seen.t - d.t_act:+.2f} s, {served.pod} "
+            f"ready and served a complete stream at {served.t - d.t_act:+.2f} s"
+        )
     if took <= d.recovery_budget_s:
-        return passed("recovery_time", f"{took} s", expected, "the target's replicas")
+        return passed("recovery_time", f"{took} s", expected, population)
     return failed(
         "recovery_time",
         f"{took} s",
         expected,
-        "the target's replicas",
+        population,
         hint="recovery took too long: engine start time (weight loading) multiplies into every "
         "replacement; check the startupProbe and image/weight caching",
     )

@@ -259,6 +259,7 @@ def test_a_killed_pod_recovers_when_its_replacement_serves(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     (check,) = [c for c in summary["checks"] if c["name"] == "recovery_time"]
     assert check["status"] == "pass" and float(check["observed"].split()[0]) >= 8, check
+    assert "the engine seen dead (exited) at +0.0" in check["population"], check
     acts = [a["action"] for a in summary_actions(tmp_path)]
     assert acts.index("kill") < acts.index("kill_seen") < acts.index("replacement_served")
 
