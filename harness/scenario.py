@@ -118,8 +118,8 @@ class Scenario:
         scenario.recovery_s, the run stops there (INCONCLUSIVE, or FAIL if a stream broke)."""
         before = next((p for p in self.target.pods() if p.name == pod), None)
         self._restarts_at_kill = before.restarts if before is not None else 0
-        self.target.kill_pod(pod, self.kill_signal)
         t_kill = time.time()
+        self.target.kill_pod(pod, self.kill_signal)
         seen: list = []
 
         def dead() -> bool:
