@@ -506,12 +506,12 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     if bad:
         return failed(name, f"{len(bad)} broken", expected, "untraced streams", bad, hint_of(bad))
     if d.any_traced and not untraced:
+        deleted = {v: d.victim_time(v, ("terminating",)) for v in times}
         ended_first = [
             r
             for r in d.records
-            if r.pod in times
-            and d.victim_time(r.pod, ("terminating",)) is not None
-            and r.sent_at <= d.victim_time(r.pod, ("terminating",)) < r.ended_at <= times[r.pod]
+            if deleted.get(r.pod) is not None
+            and r.sent_at <= deleted[r.pod] < r.ended_at <= times[r.pod]
         ]
         if ended_first:
             return inconclusive(

@@ -139,7 +139,7 @@ class DryRunScenario(Scenario):
     def wait_queues_clear(self) -> None:
         return None
 
-    def require_gpus(self, surge: int, what: str = "", pods: str = "") -> None:
+    def require_gpus(self, surge: int, what: str = "", pods: str = "", fix: str = "") -> None:
         return None
 
     def require_gpus_for_step(self) -> None:

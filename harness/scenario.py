@@ -23,7 +23,7 @@ from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
 from harness.streams import Thresholds, write_jsonl
-from harness.timeline import breaking_event, correlate, disruption_time
+from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
 from harness.waits import hold
 
 Check = Callable[[V.RunData], V.CheckResult]
@@ -181,10 +181,8 @@ class Scenario:
 
     def _steady_at(self) -> float:
         """When the steady state was reached (the start of the load before it is)."""
-        for e in self.target.events():
-            if e.kind == "action" and e.detail.get("action") == "steady_state":
-                return e.t
-        return self.t_start or 0.0
+        steady = steady_state_time(self.target.events())
+        return steady if steady is not None else self.t_start or 0.0
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
@@ -506,7 +504,13 @@ class Scenario:
         if blocker:
             self.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
-    def require_gpus(self, surge: int, what: str = "the rollout", pods: str = "surge pods") -> None:
+    def require_gpus(
+        self,
+        surge: int,
+        what: str = "the rollout",
+        pods: str = "surge pods",
+        fix: str = "lower maxSurge or free GPUs",
+    ) -> None:
         """Before acting: SKIPPED if the pods the act adds cannot get GPUs (they would stay
         Pending until the scenario timed out)."""
         if surge <= 0:
@@ -518,11 +522,7 @@ class Scenario:
         if surge * per_pod > have:
             self.skip(
                 f"{what} needs {surge * per_pod} free GPUs ({surge} {pods} x {per_pod}) and "
-                f"the schedulable nodes have {have}: lower maxSurge or free GPUs"
-                if pods == "surge pods"
-                else f"{what} needs {surge * per_pod} free GPUs ({surge} {pods} x {per_pod}) "
-                f"and the schedulable nodes have {have}: free GPUs, or lower "
-                "scenario.step_users"
+                f"the schedulable nodes have {have}: {fix}"
             )
 
     def require_gpus_for_step(self) -> None:
@@ -532,7 +532,12 @@ class Scenario:
         current = len(self.target.ready_pods())
         per_replica = self.cfg.scenario.step_users / max(1, current)
         desired = hpa_desired(current, per_replica, self.cfg.scenario.hpa_target_in_flight)
-        self.require_gpus(desired - current, "the load step", "new replicas")
+        self.require_gpus(
+            desired - current,
+            "the load step",
+            "new replicas",
+            "free GPUs, or lower scenario.step_users",
+        )
 
     def inconclusive(self, reason: str, stage: str = "steady_state"):
         """End the scenario early, with the reason: INCONCLUSIVE, unless a stream broke.

@@ -82,10 +82,9 @@ def correlate(
     return matched
 
 
-def disruption_time(events: Sequence[Event]) -> float | None:
-    """The first disruptive action once the steady state was reached (preparing the
-    target, such as scaling down before a scale-up test, does not count)."""
-    steady = next(
+def steady_state_time(events: Sequence[Event]) -> float | None:
+    """When the scenario recorded its steady state as reached."""
+    return next(
         (
             ev.t
             for ev in events
@@ -93,6 +92,12 @@ def disruption_time(events: Sequence[Event]) -> float | None:
         ),
         None,
     )
+
+
+def disruption_time(events: Sequence[Event]) -> float | None:
+    """The first disruptive action once the steady state was reached (preparing the
+    target, such as scaling down before a scale-up test, does not count)."""
+    steady = steady_state_time(events)
     for ev in events:
         if (
             ev.kind == "action"

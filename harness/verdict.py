@@ -13,6 +13,7 @@ provided at all (gateway logs on a cluster without them) is skipped, and says so
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -163,18 +164,25 @@ class RunData:
     def untraced(self, records: Sequence[StreamRecord]) -> list[StreamRecord]:
         return [r for r in records if r.pod is None]
 
+    @functools.cached_property
+    def _seen_dead(self) -> dict[str, float]:
+        """Each victim's first evidence of death at or after the act (read once: `struck`
+        is asked for every record by several checks)."""
+        out: dict[str, float] = {}
+        if self.t_act is not None:
+            for e in self.events:
+                if e.pod in self.victims and e.kind in DEAD_EVIDENCE and e.t >= self.t_act:
+                    out[e.pod] = min(e.t, out.get(e.pod, e.t))
+        return out
+
     def struck(self, r: StreamRecord) -> bool:
         """pod_kill: a stream the kill itself cut, so allowed to break: on a victim and in
         flight at some moment from the kill until the target showed the victim dead. A
         request that reached the dead pod afterwards is judged like any other."""
         if self.t_act is None or r.pod not in self.victims:
             return False
-        dead = [
-            e.t
-            for e in self.events
-            if e.pod == r.pod and e.kind in DEAD_EVIDENCE and e.t >= self.t_act
-        ]
-        return r.sent_at <= min(dead, default=self.t_act) and r.ended_at >= self.t_act
+        dead = self._seen_dead.get(r.pod, self.t_act)
+        return r.sent_at <= dead and r.ended_at >= self.t_act
 
     def victim_time(self, pod: str, kinds=("sigterm",)) -> float | None:
         """When the disruption reached this pod: its first event of the first kind seen."""

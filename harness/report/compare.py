@@ -98,14 +98,15 @@ def share(s: dict, phase: str = "all") -> float | None:
     return ((s.get("goodput") or {}).get(phase) or {}).get("share")
 
 
-def samples(run: dict, metric: str) -> list[float]:
-    """One latency of each complete stream of a run, from its records.jsonl."""
+def samples(run: dict) -> dict[str, list[float]]:
+    """Per latency metric, one value of each complete stream of a run, from its
+    records.jsonl (read once for all the metrics)."""
     import json
 
     path = Path(run["_folder"]) / "records.jsonl"
+    out: dict[str, list[float]] = {metric: [] for metric, _ in LATENCY}
     if not path.exists():
-        return []
-    out = []
+        return out
     with path.open(errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -118,13 +119,12 @@ def samples(run: dict, metric: str) -> list[float]:
                 ) from None
             if not isinstance(r, dict) or r.get("outcome") != "complete":
                 continue
-            if metric == "per_token_s":
-                tokens, took = r.get("tokens"), r.get("duration_s")
-                value = took / tokens if _number(took) and _number(tokens) and tokens > 0 else None
-            else:
-                value = r.get(metric)
-            if _number(value):
-                out.append(float(value))
+            tokens, took = r.get("tokens"), r.get("duration_s")
+            per_token = took / tokens if _number(took) and _number(tokens) and tokens > 0 else None
+            for metric, values in out.items():
+                value = per_token if metric == "per_token_s" else r.get(metric)
+                if _number(value):
+                    values.append(float(value))
     return out
 
 
@@ -184,8 +184,9 @@ def compare_runs(base: dict, cand: dict) -> dict:
         b, c = share(base, p), share(cand, p)
         if b is not None or c is not None:
             rows.append((f"goodput {p}", b, c, change("goodput", b, c), ""))
+    base_samples, cand_samples = samples(base), samples(cand)
     for metric, label in LATENCY:
-        b, c = samples(base, metric), samples(cand, metric)
+        b, c = base_samples[metric], cand_samples[metric]
         if not b and not c:
             continue
         ch, said = latency_change(b, c)
