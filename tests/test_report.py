@@ -357,7 +357,7 @@ def test_compare_two_sessions(tmp_path):
     cand = make_session(
         tmp_path / "20261201-020000-kube",
         {
-            "test_drain[pod]": ("fail", 0.85, 3),  # regressed
+            "test_drain[pod]": ("fail", 0.80, 3),  # regressed
             "test_rollout[surge]": ("pass", 0.99, 1),  # improved
         },
     )
@@ -376,9 +376,10 @@ def test_compare_two_sessions(tmp_path):
     drain = page[page.index("<h2 id='test_drain[pod]'>") :]
     drain = drain[: drain.index("</table>")]
     assert re.search(r"<td>verdict</td><td class=num>PASS</td><td class='num worse'>FAIL", drain)
-    assert re.search(
-        r"goodput during</td><td class=num>0.990</td><td class='num worse'>0.850", drain
+    goodput = re.search(
+        r"goodput during</td><td class=num>0.990</td><td class='num worse'>0.800.*?</tr>", drain
     )
+    assert goodput and "Fisher exact p = 0.002, 59 of 60 and 48 of 60 good" in goodput[0], drain
     ttft = re.search(r"TTFT, median</td><td class=num>([\d.]+)</td><td class='num worse'>", drain)
     assert ttft and "Mann-Whitney U p = " in drain and "n = 60 and 56" in drain, drain
     # the same answers, so the same time per output token: no change claimed
@@ -394,16 +395,20 @@ def test_compare_two_sessions(tmp_path):
 
 @pytest.mark.process
 def test_two_sessions_of_the_same_healthy_config_are_not_a_regression(tmp_path):
-    """Both drains PASS with 100% goodput; their per-request values differ only by noise,
-    and 12 requests a run cannot tell anything (a 10% move of one percentile was called a
-    regression, and failed the job under --fail-on-regression)."""
+    """Both drains PASS; their per-request values differ only by noise, one request of 60
+    over the TTFT SLO in the rerun (a stall of a busy machine) is not a goodput regression,
+    and 12 requests a run cannot tell anything (a 10% move of one percentile, and one such
+    request in 67, were called regressions, and failed the job under --fail-on-regression)."""
     healthy = {"test_drain[pod]": ("pass", 1.0, 1), "test_pod_kill": ("pass", 1.0, 1)}
     base = make_session(tmp_path / "20261130-020000-local", healthy)
-    cand = make_session(tmp_path / "20261201-020000-local", healthy)
+    rerun = healthy | {"test_pod_kill": ("pass", 59 / 60, 1)}
+    cand = make_session(tmp_path / "20261201-020000-local", rerun)
     out = tmp_path / "compare.html"
     r = rollcheck("--compare", base, cand, "--out", out, "--fail-on-regression")
     assert r.returncode == 0 and "0 regressed, 0 improved, 2 the same" in r.stdout, r.stdout
-    assert "within the noise at 0.01" in out.read_text()
+    page = out.read_text()
+    assert "within the noise at 0.01" in page
+    assert "Fisher exact p = 1, 60 of 60 and 59 of 60 good: within the noise at 0.01" in page
     small = {"test_drain[pod]": ("pass", 1.0, 1)}
     base = make_session(tmp_path / "a", small, n=12)
     cand = make_session(tmp_path / "b", {"test_drain[pod]": ("pass", 1.0, 3)}, n=12)

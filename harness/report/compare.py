@@ -28,7 +28,11 @@ LATENCY = (
 )
 # a latency change is claimed only when the two runs' samples differ beyond their noise:
 # a two-sided Mann-Whitney U test at ALPHA, each sample at least MIN_SAMPLE requests, and
-# a median that moved by at least LATENCY_TOLERANCE (and LATENCY_FLOOR_S)
+# a median that moved by at least LATENCY_TOLERANCE (and LATENCY_FLOOR_S). A goodput
+# change likewise: a two-sided Fisher exact test on the two runs' good/not-good counts at
+# ALPHA, and a share that moved by at least GOODPUT_TOLERANCE (one request over the TTFT
+# SLO in 67, a stall of a busy machine, moved a rerun's share by 1.5 points and was
+# called a regression)
 ALPHA = 0.01
 MIN_SAMPLE = 20
 GOODPUT_TOLERANCE = 0.01  # one percentage point
@@ -98,6 +102,15 @@ def share(s: dict, phase: str = "all") -> float | None:
     return ((s.get("goodput") or {}).get(phase) or {}).get("share")
 
 
+def good_of(s: dict, phase: str = "all") -> tuple[int, int] | None:
+    """(good, requests) of a run's goodput in the phase, when the summary has both."""
+    g = (s.get("goodput") or {}).get(phase) or {}
+    good, n = g.get("good"), g.get("requests")
+    if not (_number(good) and _number(n)) or not 0 <= good <= n:
+        return None
+    return int(good), int(n)
+
+
 def samples(run: dict) -> dict[str, list[float]]:
     """Per latency metric, one value of each complete stream of a run, from its
     records.jsonl (read once for all the metrics)."""
@@ -148,14 +161,32 @@ def latency_change(base: list[float], cand: list[float]) -> tuple[str, str]:
     return ("worse" if mc > mb else "better"), said
 
 
+def goodput_change(base: dict, cand: dict, phase: str) -> tuple[str, str]:
+    """('worse' | 'better' | '', what the test said) for two runs' goodput in a phase."""
+    b, c = share(base, phase), share(cand, phase)
+    if b is None or c is None:
+        return "", ""
+    if abs(c - b) < GOODPUT_TOLERANCE:
+        return "", f"a change under {GOODPUT_TOLERANCE * 100:g} percentage point"
+    nb, nc = good_of(base, phase), good_of(cand, phase)
+    if nb is None or nc is None:
+        return "", "cannot tell: the summaries do not say how many requests were good"
+    from scipy.stats import fisher_exact
+
+    (gb, rb), (gc, rc) = nb, nc
+    p = float(fisher_exact([[gb, rb - gb], [gc, rc - gc]], alternative="two-sided").pvalue)
+    said = f"Fisher exact p = {p:.2g}, {gb} of {rb} and {gc} of {rc} good"
+    if p >= ALPHA:
+        return "", said + f": within the noise at {ALPHA:g}"
+    return ("worse" if c < b else "better"), said
+
+
 def change(kind: str, base, cand) -> str:
     """'worse', 'better' or '' for one figure; `kind` says which direction is good."""
     if base is None or cand is None:
         return ""
     if kind == "verdict":
         d = VERDICT_RANK.get(cand, 3) - VERDICT_RANK.get(base, 3)
-    elif kind == "goodput":  # higher is better
-        d = 0 if abs(cand - base) < GOODPUT_TOLERANCE else base - cand
     else:  # counts of broken streams: fewer is better
         d = cand - base
     return "worse" if d > 0 else "better" if d < 0 else ""
@@ -183,7 +214,7 @@ def compare_runs(base: dict, cand: dict) -> dict:
     for p in ("all", *PHASES):
         b, c = share(base, p), share(cand, p)
         if b is not None or c is not None:
-            rows.append((f"goodput {p}", b, c, change("goodput", b, c), ""))
+            rows.append((f"goodput {p}", b, c, *goodput_change(base, cand, p)))
     base_samples, cand_samples = samples(base), samples(cand)
     for metric, label in LATENCY:
         b, c = base_samples[metric], cand_samples[metric]
@@ -275,8 +306,10 @@ def render_compare(base: Session, cand: Session, page: Path) -> tuple[str, dict]
         f"<h1>rollcheck: {_e(base.name)} → {_e(cand.name)}</h1>"
         f"<p class=muted>baseline {_e(base.folder)} · candidate {_e(cand.folder)} · "
         f"{len(result['common'])} scenario runs in both: {counts['regressed']} regressed, "
-        f"{counts['improved']} improved, {counts['same']} the same. A goodput change under "
-        f"{GOODPUT_TOLERANCE:.0%} is not marked; a latency change is marked only when a "
+        f"{counts['improved']} improved, {counts['same']} the same. A goodput change is marked "
+        f"only when a two-sided Fisher exact test on the two runs' good and not-good requests "
+        f"says so at {ALPHA:g} and the share moved by {GOODPUT_TOLERANCE:.0%} or more; a "
+        "latency change only when a "
         f"two-sided Mann-Whitney U test on the two runs' per-request values (complete streams, "
         f"at least {MIN_SAMPLE} each) says so at {ALPHA:g} and the median moved by "
         f"{LATENCY_TOLERANCE:.0%} or more.</p>"
