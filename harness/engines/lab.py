@@ -28,8 +28,15 @@ from harness.streams import End, StreamRecord, Thresholds, judge_bytes
 
 MODEL = "m"
 CHAT = "/v1/chat/completions"
-# an answer that outlasts any experiment on any machine (max_model_len 1024)
-LONG = 1000
+# the experiments' context (the slow model's max_position_embeddings is 2048), and an
+# answer that outlasts any experiment on any machine: about 60 s here, 34 tokens a second
+# on one core. (1000 tokens, 29 s, was not enough: on a busy CI machine vLLM's API server
+# took 29 s to hand a second request to the engine while the first streamed, and the
+# running answer ended before the other was seen queued, twice.)
+MAX_MODEL_LEN = 2048
+LONG = 2000
+# vLLM's /metrics took up to 5.5 s to answer beside two busy loops (measured)
+METRICS_TIMEOUT_S = 30
 
 
 class SigtermEnding(enum.StrEnum):
@@ -94,11 +101,13 @@ def engine_command(
             MODEL,
             shutdown_timeout_s=shutdown_timeout_s,
             max_num_seqs=max_num_seqs,
+            max_model_len=MAX_MODEL_LEN,
             extra=extra,
         )
         return cmd, dict(os.environ, **vllm.serve_env(core))
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]
-    cmd += ["--model", MODEL, "--max-num-seqs", str(max_num_seqs), "--max-model-len", "1024"]
+    cmd += ["--model", MODEL, "--max-num-seqs", str(max_num_seqs)]
+    cmd += ["--max-model-len", str(MAX_MODEL_LEN)]
     cmd += ["--shutdown-timeout", str(shutdown_timeout_s), "--startup-s", "2"]
     cmd += ["--itl-s", "0.015", "--max-num-queued-reqs", str(max_num_queued_reqs)]
     return cmd, dict(os.environ)
@@ -275,7 +284,7 @@ def fingerprint(r: Reader) -> str | None:
 
 def gauges(engine: Engine) -> tuple[float, float]:
     """(running, waiting) by the engine's own metrics."""
-    text = httpx.get(engine.url + "/metrics", timeout=5).text
+    text = httpx.get(engine.url + "/metrics", timeout=METRICS_TIMEOUT_S).text
     value = lambda name: next(  # noqa: E731
         float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{")
     )
@@ -306,8 +315,6 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
         if queued.end is not None:
             problem = "the queued request ended before it was seen queued"
             break
-        if gauges(engine)[1] >= 1:
-            return "metrics"
         if queued.status is not None and at_headers is None:
             at_headers = len(running.raw)
         # on the wire: 2 s of headers and nothing else, while the running answer moved on
@@ -316,6 +323,11 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
         if queued.status == 200 and queued.raw == b"" and silent:
             if len(running.raw) > at_headers:
                 return "wire"
+        try:
+            if gauges(engine)[1] >= 1:
+                return "metrics"
+        except httpx.TimeoutException:
+            pass  # a /metrics that did not answer in time says nothing either way
         time.sleep(0.1)
     raise AssertionError(
         f"{engine.kind}: {problem}\n  running: {running.state()}\n  queued: {queued.state()}"

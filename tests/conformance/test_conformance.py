@@ -18,6 +18,7 @@ import pytest
 from harness.engines.lab import (
     CHAT,
     LONG,
+    MAX_MODEL_LEN,
     Reader,
     SigtermEnding,
     body,
@@ -84,10 +85,10 @@ def test_max_tokens_above_the_model_length_and_unknown_model(one_slot):
     r = httpx.post(one_slot.url + CHAT, json=body(5000), timeout=30)
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "max_tokens" and err["code"] == 400
-    assert "cannot be greater than max_model_len=1024" in err["message"]
+    assert f"cannot be greater than max_model_len={MAX_MODEL_LEN}" in err["message"]
     # the context the load's preflight reads, before sending answers that cannot fit
     (card,) = httpx.get(one_slot.url + "/v1/models", timeout=30).json()["data"]
-    assert card["max_model_len"] == 1024
+    assert card["max_model_len"] == MAX_MODEL_LEN
     r = httpx.post(one_slot.url + CHAT, json=body(5, model="nope"), timeout=30)
     err = r.json()["error"]
     assert r.status_code == 404 and err["type"] == "NotFoundError" and err["param"] == "model"
