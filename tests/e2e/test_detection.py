@@ -434,9 +434,16 @@ def test_compare_claims_a_real_slowdown_and_not_the_noise_of_a_rerun(tmp_path):
     import sys
 
     sessions = []
+    # 14 s of load after recovery: enough requests in each run for the test to tell; answers
+    # of 6 s, so the victim's streams outlast its preStop (with the default 3 s answers, 4
+    # of 30 drains had no stream in flight at SIGTERM: INCONCLUSIVE, and no rerun to compare)
+    config = (
+        "scenario.cool_down_s=14",
+        "load.max_tokens=[{tokens: 30, weight: 0.6}, {tokens: 300, weight: 0.4}]",
+        "load.stop_timeout_s=8",
+    )
     for i, sets in enumerate(([], [], ["engine.itl_s=0.05"])):
-        # 8 s of load after recovery: enough requests in each run for the test to tell
-        proc, _ = run_scenarios(tmp_path / str(i), "drain and pod", "scenario.cool_down_s=8", *sets)
+        proc, _ = run_scenarios(tmp_path / str(i), "drain and pod", *config, *sets)
         if not sets:  # the healthy config passes; the slow engine may break its TTFT budget
             assert proc.returncode == 0, proc.stdout[-2000:]
         sessions.append(next((tmp_path / str(i)).glob("*-local")))
