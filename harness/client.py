@@ -18,6 +18,9 @@ import httpx
 from harness.streams import End, StreamObserver, StreamRecord, Thresholds
 
 CONNECT_TIMEOUT_S = 10.0
+# the response header a gateway may name the serving pod's address in (rollcheck's own
+# nginx does): the live view of which pod holds which stream
+UPSTREAM_HEADER = "X-Rollcheck-Upstream"
 
 
 def new_request_id() -> str:
@@ -62,16 +65,20 @@ def stream_request(
     headers: dict | None = None,
     on_record: Callable[[StreamRecord], None] | None = None,
     on_headers: Callable[[], None] | None = None,
+    on_start: Callable[[StreamObserver], None] | None = None,
     keep_text: bool = False,
 ) -> StreamRecord:
     """POST payload to url and read the event stream to its end (keep_text: with the
-    answer's content pieces in record.pieces)."""
+    answer's content pieces in record.pieces; on_start: given the stream's observer
+    before it is sent, for a live view of its progress)."""
     request_id = request_id or new_request_id()
     hdrs = {"X-Request-Id": request_id, "Accept": "text/event-stream"}
     hdrs.update(headers or {})
     sent_at = time.time()
     t0 = time.monotonic()
     obs = StreamObserver(request_id, sent_at, thresholds, keep_text=keep_text)
+    if on_start is not None:
+        on_start(obs)
     record: StreamRecord | None = None
     try:
         record = _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers)
@@ -91,6 +98,7 @@ def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers) -> St
     try:
         with client.stream("POST", url, json=payload, headers=hdrs) as response:
             obs.headers(response.status_code, response.headers.get("content-type"), now())
+            obs.upstream = response.headers.get(UPSTREAM_HEADER)
             if on_headers is not None:
                 on_headers()
             for chunk in response.iter_raw():

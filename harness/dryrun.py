@@ -105,7 +105,7 @@ class DryRunScenario(Scenario):
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
         self.target.action("steady_state")
 
-    def busiest_pod(self, min_in_flight: int | None = None):
+    def busiest_pod(self, min_in_flight: int | None = None, past_prestop: bool = False):
         return self.target.ready_pods()[0]
 
     def disturb(self, *pods: str) -> None:

@@ -202,6 +202,16 @@ class LoadRun:
             "in_flight": st.get("in_flight", 0),
         }
 
+    def outlasting(self, t: float) -> set[str] | None:
+        """The pods (addresses, as the gateway names them) holding a stream that should
+        still be streaming at epoch time t, at its pace so far; None when the gateway
+        names no stream's pod (only rollcheck's own nginx is known to)."""
+        streams = (self.status() or {}).get("streams") or []
+        named = [s for s in streams if isinstance(s, dict) and s.get("upstream")]
+        if not named:
+            return None
+        return {s["upstream"] for s in named if (s.get("ends_at") or 0) > t}
+
     def wait_until_in_flight(self, n: int, timeout_s: float = 30.0) -> None:
         self._wait(
             lambda st: st and st.get("in_flight", 0) >= n, timeout_s, f"{n} streams in flight"

@@ -30,11 +30,12 @@ from harness.client import chat_payload, make_client, new_request_id, stream_req
 from harness.config import build
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
-from harness.streams import StreamRecord, Thresholds
+from harness.streams import StreamObserver, StreamRecord, Thresholds
 from harness.waits import wait_until
 from loadgen.settings import LoadSettings, auth_headers, draw, prompt_text
 
 FLUSH_S = 0.25
+LIVE_STREAMS = 200  # per worker, in its live status: the streams in flight that end last
 MAX_BATCH = 500
 WORKER_KEYS = ("url", "settings", "thresholds", "worker_count")  # what the master sends
 RUNTIME: dict = {}
@@ -68,6 +69,8 @@ class WorkerState:
         self.draining = False
         self.done = False
         self.in_flight: set[gevent.Greenlet] = set()
+        # each stream in flight: its observer and the answer length it asked for
+        self.live: dict[gevent.Greenlet, tuple[StreamObserver, int | None]] = {}
         self.loop_lag: list[float] = []
         self.rate_lag: list[float] = []
         self.rng = random.Random(SETTINGS.seed + os.getpid())
@@ -113,12 +116,35 @@ class WorkerState:
             record.tags = tags
             self.record(environment, record)
 
+        def watch(obs: StreamObserver) -> None:
+            self.live[me] = (obs, max_tokens)
+
         try:
             stream_request(
-                self.client, URL, payload, THRESHOLDS, request_id=new_request_id(), on_record=keep
+                self.client,
+                URL,
+                payload,
+                THRESHOLDS,
+                request_id=new_request_id(),
+                on_record=keep,
+                on_start=watch,
             )
         finally:
             self.in_flight.discard(me)
+            self.live.pop(me, None)
+
+    def streams(self) -> list[dict]:
+        """The streams in flight whose gateway named their pod: the pod's address, and
+        when the answer should end at its pace so far (None: too early to tell); the
+        LIVE_STREAMS that end last, so the status stays small under any load."""
+        out = []
+        for obs, max_tokens in list(self.live.values()):
+            if obs.upstream:
+                end = obs.expected_end(max_tokens)
+                out.append({"request_id": obs.request_id, "upstream": obs.upstream, "ends_at": end})
+        if len(out) > LIVE_STREAMS:
+            out = sorted(out, key=lambda s: s["ends_at"] or 0, reverse=True)[:LIVE_STREAMS]
+        return out
 
     def message(self, environment, done: bool = False) -> dict:
         batch, self.batch = self.batch, []
@@ -128,6 +154,7 @@ class WorkerState:
             "sent": self.sent,
             "finished": self.finished,
             "in_flight": len(self.in_flight),
+            "streams": self.streams(),
             "loop_lag": _pcts(self.loop_lag),
             "rate_lag": _pcts(self.rate_lag),
             "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)),
@@ -182,6 +209,7 @@ class Collector:
             "sent": sum(w["sent"] for w in ws),
             "records": self.written,
             "in_flight": sum(w["in_flight"] for w in ws),
+            "streams": [s for w in ws for s in w.get("streams") or []],
             "workers": self.workers,
             "lost_workers": self.lost,
             "cpu_warning": cpu,

@@ -18,7 +18,7 @@ def test_drain(scenario, what):
 
     # steady state: load running, streams in flight on the pod about to go
     scenario.steady_state()
-    victim = scenario.busiest_pod()
+    victim = scenario.busiest_pod(past_prestop=True)  # so a stream is in flight at SIGTERM
 
     # act
     if what == "pod":

@@ -117,3 +117,23 @@ def test_parser_large_line_is_linear():
     assert len(events) == 1 and len(events[0].data) == 5_000_000
     # a quadratic rescan of the buffer would take minutes here
     assert time.perf_counter() - t0 < 30
+
+
+def test_a_streams_expected_end_carries_its_own_pace_on():
+    """What a drain's choice of victim reads: at 0.1 s a token after the first, a stream
+    asking for 10 tokens that has 3 at 0.3 s should end at 1.0 s; nothing is told before
+    three tokens, without max_tokens, or once the answer has finished."""
+    from harness.streams import StreamObserver
+
+    obs = StreamObserver("r", sent_at=1000.0, thresholds=Thresholds())
+    obs.headers(200, "text/event-stream", 0.01)
+    obs.chunk(ROLE, 0.05)
+    for i, t in enumerate((0.1, 0.2)):
+        obs.chunk(data(chunk(f"t{i}")), t)
+    assert obs.expected_end(10) is None  # two tokens: too early to tell a pace
+    obs.chunk(data(chunk("t2")), 0.3)
+    assert obs.expected_end(10) == pytest.approx(1001.0)
+    assert obs.expected_end(None) is None
+    assert obs.expected_end(2) == pytest.approx(1000.3)  # past its length: ends now
+    obs.chunk(STOP + DONE, 0.4)
+    assert obs.expected_end(10) is None

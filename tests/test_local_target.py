@@ -480,3 +480,40 @@ def test_the_pods_judged_as_the_candidate_are_the_ones_its_rollout_made(target_f
     with pytest.raises(Exception, match="the baseline's version"):
         scenario.require_candidate("v1", {}, "canary.version")
     scenario.require_candidate("v3")  # a new version: no error
+
+
+def test_the_gateway_names_each_streams_pod_while_it_streams(target_factory, tmp_path):
+    """rollcheck's nginx names the serving pod at a stream's first byte, so the load's
+    live status says which pod holds which stream and, at the stream's own pace, when it
+    should end: a drain picks its victim by that (scenario.busiest_pod(past_prestop=True))."""
+    from harness.load import LoadRun
+    from harness.streams import Thresholds
+    from loadgen.settings import LoadSettings, Share
+
+    t = target_factory(replicas=2)
+    # 150-token answers at the simulator's 20 ms a token: about 3 s each
+    s = LoadSettings(users=4, max_tokens=[Share(150)], stop_timeout_s=5)
+    run = LoadRun(t.gateway_url, tmp_path / "run", s, Thresholds(5))
+    seen: dict[str, tuple[str, float]] = {}  # request id -> (pod address, expected end)
+    with run:
+        run.wait_until_in_flight(4)
+        deadline = time.monotonic() + 20
+        while len(seen) < 8 and time.monotonic() < deadline:
+            for st in (run.status() or {}).get("streams") or []:
+                if st.get("ends_at") and st["request_id"] not in seen:
+                    seen[st["request_id"]] = (st["upstream"], st["ends_at"])
+            time.sleep(0.1)
+        later = run.outlasting(time.time() + 60)
+    addresses = {p.address for p in t.pods()}
+    assert len(seen) >= 8 and {a for a, _ in seen.values()} <= addresses, seen
+    assert later == set()  # no 3 s answer streams a minute from now
+    records = {r.request_id: r for r in run.result.records}
+    access, _ = read_access_log(t.gateway_logs()[0])
+    logged = {a.request_id: a.upstream_addr for a in access}
+    for rid, (address, ends_at) in seen.items():
+        r = records[rid]
+        assert r.outcome == "complete"
+        assert address == logged[rid]  # the pod it named is the one the gateway's log says
+        # the expected end is the stream's own pace carried on: after its send, and before
+        # it ended plus its own length again (a slowed machine only ends it later)
+        assert r.sent_at < ends_at < r.sent_at + 2 * r.duration_s + 1, (ends_at, r)

@@ -109,6 +109,10 @@ class Target(abc.ABC):
     def pod_health(self, name: str) -> int | None:
         """The status of the pod's /health, or None when it does not answer."""
 
+    def prestop_s(self, name: str) -> float:
+        """How long the pod's preStop holds its SIGTERM back (0: none, or not known)."""
+        return 0.0
+
     @abc.abstractmethod
     def gateway_logs(self) -> tuple[Path | None, Path | None]:
         """Paths of the gateway's access and error logs (None when not available)."""
@@ -304,12 +308,14 @@ class Target(abc.ABC):
         with ThreadPoolExecutor(max_workers=max(1, len(pods))) as pool:
             list(pool.map(warm, pods))
 
-    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
-        """The ready pod with the most running sequences, once it has min_in_flight."""
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
+        """The ready pod with the most running sequences, once it has min_in_flight
+        (prefer: only among the pods it accepts)."""
         best: list = []
 
         def found() -> bool:
-            ranked = sorted(self.ready_pods(), key=lambda p: -self.in_flight(p.name))
+            pods = [p for p in self.ready_pods() if prefer is None or prefer(p)]
+            ranked = sorted(pods, key=lambda p: -self.in_flight(p.name))
             if ranked and self.in_flight(ranked[0].name) >= min_in_flight:
                 best[:] = [ranked[0]]
                 return True

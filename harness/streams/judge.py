@@ -75,6 +75,7 @@ class StreamObserver:
         self.invalid: str | None = None
         self.usage: dict | None = None
         self.response_id = self.model = self.fingerprint = None
+        self.upstream: str | None = None  # the serving pod, when the gateway names it
 
     # --- feeding -------------------------------------------------------------
     def headers(self, status: int, content_type: str | None, t: float) -> None:
@@ -92,6 +93,17 @@ class StreamObserver:
             return
         for ev in self._parser.feed(data, t):
             self._event(ev)
+
+    def expected_end(self, max_tokens: int | None) -> float | None:
+        """When (epoch seconds) this answer should end at the pace its tokens have come so
+        far, if it asked for max_tokens; None before three tokens, or once it has ended."""
+        if not max_tokens or self.done or self.finish_reason or self.tokens < 3:
+            return None
+        if self.ttft_s is None or self._last_token_s is None:
+            return None
+        per_token = (self._last_token_s - self.ttft_s) / (self.tokens - 1)
+        left = max(0, max_tokens - self.tokens)
+        return self.sent_at + self._last_token_s + left * per_token
 
     def since_data_s(self, now: float) -> float:
         """Time without a data event (from the send when there was none yet)."""

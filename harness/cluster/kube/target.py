@@ -16,6 +16,7 @@ from harness.cluster.kube.common import connect
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restoring
 from harness.cluster.kube.watches import Watching, _Watch, pod_view
+from harness.cluster.podspec import prestop_s
 from harness.events import Event, EventLog
 
 
@@ -112,9 +113,14 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
     def events(self) -> list[Event]:
         return sorted(self._events.all(), key=lambda e: e.t)
 
-    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0):
+    def prestop_s(self, name: str) -> float:
+        with self._lock:
+            pod = next((p for p in self._pods.values() if p.metadata.name == name), None)
+        return prestop_s(pod.spec.containers[0]) if pod is not None else 0.0
+
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
         try:
-            return super().busiest_pod(min_in_flight, timeout_s)
+            return super().busiest_pod(min_in_flight, timeout_s, prefer)
         except TargetError as exc:
             if self.pod_access_problem:  # the pods were never read: say how it was tried
                 raise TargetError(f"{exc}; {self.pod_access_problem}") from None

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness.client import UPSTREAM_HEADER
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
 from harness.proc import children, cmdline
@@ -246,6 +247,9 @@ http {{
             proxy_cache off;
             proxy_read_timeout {int(self.read_timeout_s)}s;
             proxy_send_timeout {int(self.read_timeout_s)}s;
+            # which pod serves the stream, known to the client at its first byte (the
+            # access log says so only once the stream has ended)
+            add_header {UPSTREAM_HEADER} $upstream_alias always;
             include location.conf;
         }}
     }}

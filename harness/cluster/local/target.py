@@ -124,6 +124,9 @@ class LocalTarget(Target):
 
         self.wait_for(applied, timeout_s, "the gateway to apply the ready endpoints")
 
+    def prestop_s(self, name: str) -> float:
+        return self.cfg.pod.prestop_s  # every local pod is built from the config
+
     def pod_health(self, name: str) -> int | None:
         try:
             address = self.controller.pod(name).spec.address
