@@ -70,8 +70,15 @@ CASES = [
         "drain and pod",
         # the teardown keeps the draining pod answering (500) for the whole 2 s the gateway
         # still routes to it: with 0.5 s, a drain of short answers ended within a second,
-        # the gateway retried the refused connects elsewhere, and nothing showed (CI, once)
-        ["pod.prestop_s=0", "gateway.endpoint_delay_s=2", "engine.shutdown_teardown_s=3"],
+        # the gateway retried the refused connects elsewhere, and nothing showed (CI, once).
+        # Answers of 1.2 s, so every user sends in those 2 s: with the default mix, all six
+        # users once held 3 s answers through the window and no request reached the pod
+        [
+            "pod.prestop_s=0",
+            "gateway.endpoint_delay_s=2",
+            "engine.shutdown_teardown_s=3",
+            "load.max_tokens=[{tokens: 60}]",
+        ],
         {"http_error"},  # vLLM 0.32: 500 'cannot schedule new futures after shutdown'
         {"no_abort_after_sigterm"},
     ),
