@@ -283,6 +283,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         import json as _json
 
         from harness import canary
+        from harness.files import write_atomic
 
         for name in ("baseline", "candidate"):
             if not getattr(ns, name).startswith(("http://", "https://")):
@@ -314,7 +315,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         print(canary.format_table(result))
         if ns.out:
             ns.out.mkdir(parents=True, exist_ok=True)
-            (ns.out / "canary.json").write_text(_json.dumps(result.to_dict(), indent=2) + "\n")
+            write_atomic(ns.out / "canary.json", _json.dumps(result.to_dict(), indent=2) + "\n")
             print(f"result: {ns.out / 'canary.json'}")
         if result.status == "inconclusive":
             raise UsageError(f"{ns.baseline}: {result.reasons[0]}")

@@ -4,14 +4,23 @@ The read timeout equals the stall timeout, and a stream that only sends
 keep-alive comments is given up on too. No exception escapes: every failure
 becomes an outcome. A BaseException that ends the caller (a Locust user being
 stopped, Ctrl-C) still yields a `cancelled` record through `on_record` before
-it propagates, so nothing is lost.
+it propagates, so nothing is lost; a `Cancel` set from another thread ends the
+stream at once as `cancelled` (a deadline, a signal).
+
+What a server sends cannot reach another request: the client asks for
+`Accept-Encoding: identity` (it judges the bytes as sent) and keeps no idle
+connection, so bytes past a short Content-Length or after the end of a body go
+with their connection. The API key's value is removed from every record.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -29,12 +38,91 @@ def new_request_id() -> str:
 
 def make_client(stall_timeout_s: float, max_connections: int = 1000, **settings) -> httpx.Client:
     """settings: more httpx.Client arguments (verify, cert, headers) for a pod reached
-    through the Kubernetes API server."""
+    through the Kubernetes API server. No connection is kept idle for reuse: a server whose
+    framing is wrong (a short Content-Length, bytes after the body) would otherwise hand
+    its leftover bytes to the next request as that request's answer."""
     return httpx.Client(
         timeout=httpx.Timeout(stall_timeout_s, connect=min(CONNECT_TIMEOUT_S, stall_timeout_s)),
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100),
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
         **settings,
     )
+
+
+class Cancel:
+    """Ends streams from another thread: `set()` marks every stream given this object as
+    cancelled and shuts its socket, so a read blocked on a silent server returns at once."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        self._event.set()
+        with self._lock:
+            for sock in self._socks:
+                _shut(sock)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._socks.add(sock)
+        if self._event.is_set():
+            _shut(sock)
+
+    def forget(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+SECRET_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key")
+REDACTED = "[redacted]"
+
+
+def secrets_of(headers: dict | None) -> list[str]:
+    """The values an Authorization (or API key) header carries: never to be written."""
+    out = []
+    for key, value in (headers or {}).items():
+        if key.lower() in SECRET_HEADERS and value:
+            out.append(str(value))
+            scheme, _, token = str(value).partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                out.append(token)
+    return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
+
+
+def redact(value, secrets: Iterable[str]):
+    """value with every secret replaced, through strings, lists, dicts and records."""
+    secrets = list(secrets)
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, REDACTED)
+        return value
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, StreamRecord):
+        changes = {
+            f.name: redact(getattr(value, f.name), secrets)
+            for f in dataclasses.fields(value)
+            if isinstance(getattr(value, f.name), (str, list, dict))
+        }
+        return dataclasses.replace(value, **changes)
+    return value
 
 
 def chat_payload(
@@ -67,13 +155,19 @@ def stream_request(
     on_headers: Callable[[], None] | None = None,
     on_start: Callable[[StreamObserver], None] | None = None,
     keep_text: bool = False,
+    cancel: Cancel | None = None,
 ) -> StreamRecord:
     """POST payload to url and read the event stream to its end (keep_text: with the
     answer's content pieces in record.pieces; on_start: given the stream's observer
-    before it is sent, for a live view of its progress)."""
+    before it is sent, for a live view of its progress; cancel: ends it from elsewhere)."""
     request_id = request_id or new_request_id()
-    hdrs = {"X-Request-Id": request_id, "Accept": "text/event-stream"}
+    hdrs = {
+        "X-Request-Id": request_id,
+        "Accept": "text/event-stream",
+        "Accept-Encoding": "identity",
+    }
     hdrs.update(headers or {})
+    secrets = secrets_of(client.headers) + secrets_of(headers)
     sent_at = time.time()
     t0 = time.monotonic()
     obs = StreamObserver(request_id, sent_at, thresholds, keep_text=keep_text)
@@ -81,45 +175,79 @@ def stream_request(
         on_start(obs)
     record: StreamRecord | None = None
     try:
-        record = _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers)
+        record = _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cancel)
     except BaseException:
         record = obs.finish(End.CANCELLED, time.monotonic() - t0, "cancelled by the harness")
         raise
     finally:
+        if record is not None:
+            record = redact(record, secrets)
         if on_record is not None and record is not None:
             on_record(record)
     return record
 
 
-def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers) -> StreamRecord:
+def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cancel) -> StreamRecord:
     def now() -> float:
         return time.monotonic() - t0
 
+    sock = None
     try:
+        if cancel is not None and cancel.is_set():
+            return obs.finish(End.CANCELLED, now(), "cancelled by the harness before it was sent")
         with client.stream("POST", url, json=payload, headers=hdrs) as response:
             obs.headers(response.status_code, response.headers.get("content-type"), now())
             obs.upstream = response.headers.get(UPSTREAM_HEADER)
+            if cancel is not None:
+                sock = _socket_of(response)
+                cancel.watch(sock)
             if on_headers is not None:
                 on_headers()
             for chunk in response.iter_raw():
                 obs.chunk(chunk, now())
+                if cancel is not None and cancel.is_set():
+                    return obs.finish(End.CANCELLED, now(), "cancelled by the harness")
+                if obs.overflowed:
+                    return obs.finish(End.EOF, now())  # judged: the rest is not read
                 if obs.since_data_s(now()) > thresholds.stall_timeout_s:
                     # Only comments for too long: a keep-alive is not progress.
                     return obs.finish(End.STALL, now(), "only keep-alive comments")
-        return obs.finish(End.EOF, now())
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
-        return obs.finish(End.CONNECT, now(), _describe(exc))
-    except (httpx.ReadTimeout, httpx.PoolTimeout, httpx.WriteTimeout) as exc:
-        return obs.finish(End.STALL, now(), _describe(exc))
-    except httpx.RemoteProtocolError as exc:
-        end = End.CONNECT if obs.status is None else End.RESET
-        return obs.finish(end, now(), _describe(exc))
-    except (httpx.HTTPError, OSError) as exc:
-        end = End.CONNECT if obs.status is None else End.RESET
-        return obs.finish(end, now(), _describe(exc))
-    except Exception as exc:  # a bug in the harness must still leave a record
-        end = End.CONNECT if obs.status is None else End.RESET
-        return obs.finish(end, now(), f"client error: {_describe(exc)}")
+            length = response.headers.get("content-length")
+        record = obs.finish(End.EOF, now())
+        if length is not None and record.outcome != "complete" and obs.status == 200:
+            record.error = record.error or (
+                f"the body ended at its Content-Length ({length[:20]} bytes); "
+                "the connection was closed after it"
+            )
+        return record
+    except Exception as exc:
+        if cancel is not None and cancel.is_set():
+            return obs.finish(End.CANCELLED, now(), "cancelled by the harness")
+        return _failure(obs, now(), exc)
+    finally:
+        if cancel is not None:
+            cancel.forget(sock)
+
+
+def _socket_of(response: httpx.Response) -> socket.socket | None:
+    stream = response.extensions.get("network_stream")
+    try:
+        return stream.get_extra_info("socket") if stream is not None else None
+    except Exception:
+        return None
+
+
+def _failure(obs: StreamObserver, t: float, exc: Exception) -> StreamRecord:
+    """The record of an exchange that raised."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):
+        return obs.finish(End.CONNECT, t, _describe(exc))
+    if isinstance(exc, (httpx.ReadTimeout, httpx.PoolTimeout, httpx.WriteTimeout)):
+        return obs.finish(End.STALL, t, _describe(exc))
+    end = End.CONNECT if obs.status is None else End.RESET
+    if isinstance(exc, (httpx.HTTPError, OSError)):  # RemoteProtocolError among them
+        return obs.finish(end, t, _describe(exc))
+    # a bug in the harness must still leave a record
+    return obs.finish(end, t, f"client error: {_describe(exc)}")
 
 
 def _describe(exc: BaseException) -> str:

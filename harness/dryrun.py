@@ -18,6 +18,7 @@ import json
 import signal
 
 from harness.cluster import Target, strategy_changes
+from harness.files import write_atomic
 from harness.scenario import DryRun, Scenario
 
 QUIET = (
@@ -158,7 +159,7 @@ class DryRunScenario(Scenario):
             for e in self.target.events()
             if e.kind == "action"
         ]
-        (self.run_dir / "plan.json").write_text(json.dumps(planned, indent=2, default=str))
+        write_atomic(self.run_dir / "plan.json", json.dumps(planned, indent=2, default=str))
         raise DryRun(
             f"dry run: {len(planned)} actions printed, none taken "
             f"(plan in {self.run_dir / 'plan.json'})"

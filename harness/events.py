@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.files import open_append
+
 
 @dataclass
 class Event:
@@ -28,7 +30,7 @@ class EventLog:
     def __init__(self, path: Path | None = None):
         self._events: list[Event] = []
         self._lock = threading.Lock()
-        self._file = open(path, "a") if path else None
+        self._file = open_append(path) if path else None
 
     def emit(
         self, kind: str, pod=None, node=None, version=None, t: float | None = None, **detail

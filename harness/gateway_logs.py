@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from harness.files import write_atomic
 from harness.streams import StreamRecord
 
 
@@ -251,7 +252,7 @@ def keep_only_run_lines(access_path: Path, error_path: Path | None, ids: set, er
             ok = False
         kept.append(raw) if ok else None
         dropped += not ok
-    Path(access_path).write_text("".join(line + "\n" for line in kept))
+    write_atomic(Path(access_path), (line + "\n" for line in kept))
     if error_path and Path(error_path).exists():
         joined = {(e.t, e.message) for e in errors}
         lines = Path(error_path).read_text(errors="replace").splitlines()
@@ -261,7 +262,7 @@ def keep_only_run_lines(access_path: Path, error_path: Path | None, ids: set, er
             if e is not None and (e.t, e.message) in joined:
                 keep.append(raw)
         dropped += len(lines) - len(keep)
-        Path(error_path).write_text("".join(line + "\n" for line in keep))
+        write_atomic(Path(error_path), (line + "\n" for line in keep))
     return dropped
 
 

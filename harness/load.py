@@ -22,6 +22,7 @@ import httpx
 import loadgen
 from harness.config import ConfigError
 from harness.errors import RollcheckError
+from harness.files import open_append, write_atomic
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import wait_until
@@ -156,7 +157,7 @@ class LoadRun:
             "worker_count": max(1, n_workers),
         }
         config_path = self.load_dir / "runtime.json"
-        config_path.write_text(json.dumps(runtime, indent=2))
+        write_atomic(config_path, json.dumps(runtime, indent=2))
         env = dict(os.environ, ROLLCHECK_LOAD_CONFIG=str(config_path))
         classes = ["RateUser"] if s.shape == "rate" else ["ChatUser"]
         users = max(1, n_workers) if s.shape == "rate" else s.users
@@ -181,7 +182,7 @@ class LoadRun:
         return self
 
     def _spawn(self, cmd: list[str], env: dict, name: str) -> subprocess.Popen:
-        log = open(self.load_dir / f"{name}.log", "wb")
+        log = open_append(self.load_dir / f"{name}.log", binary=True, truncate=True)
         self._logs.append(log)
         return subprocess.Popen(
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -258,7 +259,7 @@ class LoadRun:
         if self.result is not None:
             return self.result
         problems: list[str] = []
-        (self.load_dir / "stop").write_text(json.dumps({"time": time.time()}))
+        write_atomic(self.load_dir / "stop", json.dumps({"time": time.time()}))
         budget = self.settings.stop_timeout_s + 30
         try:
             self.master.wait(budget)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.files import write_atomic
 from harness.sim.settings import SimSettings, to_args
 from harness.waits import wait_until
 
@@ -120,7 +121,7 @@ class PidFile:
     def remember(self, name: str, pgid: int) -> None:
         self.groups[name] = pgid
         PID_DIR.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({"owner": os.getpid(), "groups": self.groups}))
+        write_atomic(self.path, json.dumps({"owner": os.getpid(), "groups": self.groups}))
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

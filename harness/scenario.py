@@ -19,6 +19,7 @@ from harness import checks as C
 from harness import verdict as V
 from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
+from harness.files import write_atomic
 from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
@@ -513,7 +514,7 @@ class Scenario:
             "outcomes": {},
             "checks": [],
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self.summary = summary
         raise ScenarioSkipped(reason)
 

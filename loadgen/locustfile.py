@@ -28,6 +28,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
+from harness.files import open_append, write_atomic
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamObserver, StreamRecord, Thresholds
@@ -179,7 +180,7 @@ class Collector:
     def __init__(self, environment) -> None:
         self.env = environment
         (RUN_DIR / "load").mkdir(parents=True, exist_ok=True)
-        self.records = open(RUN_DIR / "records.jsonl", "a")
+        self.records = open_append(RUN_DIR / "records.jsonl")
         self.written = 0
         self.workers: dict[str, dict] = {}
         self.state = "running"
@@ -218,10 +219,7 @@ class Collector:
         }
 
     def write_status(self) -> None:
-        path = RUN_DIR / "load" / "status.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.status()))
-        tmp.replace(path)
+        write_atomic(RUN_DIR / "load" / "status.json", json.dumps(self.status()))
 
     def run(self) -> None:
         stop_file = RUN_DIR / "load" / "stop"

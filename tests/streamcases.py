@@ -119,5 +119,28 @@ CASES = [
         "not_sse",
         flags=["empty"],
     ),
-    Case("huge_data_line", ROLE + data(chunk("x" * 3_000_000)) + STOP + DONE, "complete", tokens=1),
+    Case("big_data_line", ROLE + data(chunk("x" * 900_000)) + STOP + DONE, "complete", tokens=1),
+    # over the 1 MiB event limit: judged and dropped, never buffered without bound
+    Case(
+        "event_over_the_limit",
+        ROLE + data(chunk("x" * 3_000_000)) + STOP + DONE,
+        "not_sse",
+        flags=["empty"],
+    ),
+    Case("line_without_an_end", ROLE + b"data: " + b"x" * 3_000_000, "not_sse", flags=["empty"]),
+    # wrong types anywhere in a chunk: one record, the field named, never an exception
+    Case("finish_reason_a_list", ROLE + TOKENS + data(chunk(finish=["stop"])) + DONE, "not_sse"),
+    Case(
+        "choices_a_number",
+        ROLE + data({"id": "x", "choices": 5}) + STOP + DONE,
+        "not_sse",
+        flags=["empty"],
+    ),
+    Case("content_a_number", ROLE + data(chunk(7)) + STOP + DONE, "not_sse", flags=["empty"]),
+    Case(
+        "error_message_a_list",
+        ROLE + data({"error": {"message": ["boom"], "code": 500}}) + DONE,
+        "error_event",
+        flags=["empty"],
+    ),
 ]

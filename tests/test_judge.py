@@ -108,7 +108,7 @@ def test_parser_keeps_crlf_split_across_packets():
 def test_parser_large_line_is_linear():
     import time
 
-    p = SSEParser()
+    p = SSEParser(max_event_bytes=10_000_000)
     payload = b"data: " + b"x" * 5_000_000 + b"\n\n"
     t0 = time.perf_counter()
     events = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import RollcheckError
+from harness.files import write_atomic
 from harness.report.html import CSS, _e, goodput_text, verdict_class
 from harness.verdict import PHASES
 
@@ -328,7 +329,7 @@ def write_compare(baseline: Path, candidate: Path, out: Path | None = None) -> t
     base, cand = load_session(baseline), load_session(candidate)
     page = Path(out) if out else cand.folder / "compare.html"
     html, result = render_compare(base, cand, page)
-    page.write_text(html)
+    write_atomic(page, html)
     return page, result
 
 
@@ -452,5 +453,5 @@ def write_history(reports_dir: Path, out: Path | None = None) -> tuple[Path, dic
     sessions = load_history(reports_dir)
     page = Path(out) if out else Path(reports_dir) / "history.html"
     html, table = render_history(sessions, page)
-    page.write_text(html)
+    write_atomic(page, html)
     return page, table

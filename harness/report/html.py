@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.events import Event, read_events
+from harness.files import write_atomic
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 
@@ -91,7 +92,7 @@ def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
 def write_report(run_dir: Path) -> Path:
     summary, records, events = load_run(run_dir)
     path = Path(run_dir) / "report.html"
-    path.write_text(render(summary, records, events))
+    write_atomic(path, render(summary, records, events))
     return path
 
 
@@ -843,8 +844,9 @@ def write_index(session_dir: Path) -> Path | None:
         f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table></body></html>"
     )
     path = session_dir / "index.html"
-    path.write_text(page)
-    (session_dir / "index.json").write_text(
+    write_atomic(path, page)
+    write_atomic(
+        session_dir / "index.json",
         json.dumps(
             [
                 {k: s.get(k) for k in ("scenario", "name", "verdict", "requests", "outcomes")}
@@ -853,6 +855,6 @@ def write_index(session_dir: Path) -> Path | None:
                 for s in runs
             ],
             indent=2,
-        )
+        ),
     )
     return path

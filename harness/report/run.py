@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.files import write_atomic
 from harness.report.summary import build_summary
 
 
@@ -23,7 +24,7 @@ def write_run(scenario, data, results, load_status: dict) -> dict:
     )
     summary |= getattr(scenario, "extras", {})
     summary["report"] = str(run_dir / "report.html")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     from harness.report.html import write_report
 
     write_report(run_dir)

@@ -9,7 +9,11 @@ Rules come from vLLM's wire format (shared/facts.md):
 - a normal finish without [DONE] is missing_done, a clean end with neither truncated;
 - a broken connection (incomplete chunked body, reset) after headers is reset;
 - no data event within the stall timeout is hung; comments do not reset that clock;
-  a stream the harness cancels after such a silence is hung, not cancelled.
+  a stream the harness cancels after such a silence is hung, not cancelled;
+- a field of the wrong type (a list for finish_reason, a number for choices) makes the
+  stream not_sse, or error_event inside an error object, with the field named: no bytes
+  a server sends raise out of here, and an event over max_event_bytes ends the stream
+  as not_sse ("event over N bytes") without keeping it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 from harness.quantiles import quantile_of_sorted
 from harness.streams.record import Outcome, StreamRecord
-from harness.streams.sse import SSEEvent, SSEParser
+from harness.streams.sse import MAX_EVENT_BYTES, EventTooLarge, SSEEvent, SSEParser
 
 # vLLM's normal ends, plus the two other ends OpenAI-compatible servers use.
 NORMAL_FINISH = frozenset(
@@ -44,6 +48,7 @@ class Thresholds:
     stall_timeout_s: float = 30.0
     ttft_slo_s: float | None = None
     itl_slo_s: float | None = None
+    max_event_bytes: int = MAX_EVENT_BYTES
 
 
 class StreamObserver:
@@ -57,7 +62,7 @@ class StreamObserver:
         self.status: int | None = None
         self.content_type: str | None = None
         self.headers_s: float | None = None
-        self._parser = SSEParser()
+        self._parser = SSEParser(thresholds.max_event_bytes)
         self._body = bytearray()  # kept only for non-SSE responses, capped
         self._is_sse = False
         self.bytes = 0
@@ -76,6 +81,7 @@ class StreamObserver:
         self.usage: dict | None = None
         self.response_id = self.model = self.fingerprint = None
         self.upstream: str | None = None  # the serving pod, when the gateway names it
+        self.overflowed = False  # an event over max_event_bytes: judged, read no further
 
     # --- feeding -------------------------------------------------------------
     def headers(self, status: int, content_type: str | None, t: float) -> None:
@@ -91,8 +97,20 @@ class StreamObserver:
             if len(self._body) < BODY_EXCERPT_BYTES:
                 self._body += data[: BODY_EXCERPT_BYTES - len(self._body)]
             return
-        for ev in self._parser.feed(data, t):
+        if self.overflowed:
+            return
+        try:
+            events = self._parser.feed(data, t)
+        except EventTooLarge as exc:
+            self._overflow(str(exc))
+            return
+        for ev in events:
             self._event(ev)
+
+    def _overflow(self, reason: str) -> None:
+        self.overflowed = True
+        self.invalid = self.invalid or reason
+        self._parser = SSEParser(self.th.max_event_bytes)  # drop what it held
 
     def expected_end(self, max_tokens: int | None) -> float | None:
         """When (epoch seconds) this answer should end at the pace its tokens have come so
@@ -110,6 +128,12 @@ class StreamObserver:
         return now - (self.last_data_s if self.last_data_s is not None else 0.0)
 
     def _event(self, ev: SSEEvent) -> None:
+        try:
+            self._read_event(ev)
+        except Exception as exc:  # a shape the checks below missed: still one record
+            self.invalid = self.invalid or f"unreadable event ({type(exc).__name__}: {exc})"[:300]
+
+    def _read_event(self, ev: SSEEvent) -> None:
         if ev.data is None:
             self.comments += 1
             return
@@ -131,7 +155,12 @@ class StreamObserver:
         if "error" in obj or obj.get("object") == "error":
             # vLLM >= 0.10.1 nests {"error": {...}}; older versions sent a flat object.
             err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
-            self.error = self.error or str(err.get("message") or err)[:500]
+            message = err.get("message") if isinstance(err, dict) else None
+            self.error = self.error or str(message or err)[:500]
+            return
+        bad = _wrong_type(obj)
+        if bad:
+            self.invalid = self.invalid or f"{bad}: {ev.data[:80]!r}"
             return
         if "rollcheck_sent_at" in obj:
             self._skews.append(self.sent_at + ev.t - float(obj["rollcheck_sent_at"]))
@@ -141,8 +170,6 @@ class StreamObserver:
         if obj.get("usage"):
             self.usage = obj["usage"]
         for choice in obj.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
             if _has_content(choice):
                 self._token(ev.t)
                 if self.pieces is not None:
@@ -160,9 +187,12 @@ class StreamObserver:
 
     # --- judging -------------------------------------------------------------
     def finish(self, end: End, t: float, error: str | None = None) -> StreamRecord:
-        if end == End.EOF and self._is_sse:
-            for ev in self._parser.close(t):
-                self._event(ev)
+        if end == End.EOF and self._is_sse and not self.overflowed:
+            try:
+                for ev in self._parser.close(t):
+                    self._event(ev)
+            except EventTooLarge as exc:
+                self._overflow(str(exc))
         if (
             end == End.CANCELLED
             and not self.done
@@ -246,6 +276,50 @@ class StreamObserver:
         if self.events == 0 and self._parser.pending_bytes == 0 and self.comments == 0:
             return Outcome.TRUNCATED if self.bytes == 0 else Outcome.NOT_SSE
         return Outcome.TRUNCATED
+
+
+_TEXT = (str, type(None))
+_CHUNK_FIELDS = {"id": _TEXT, "model": _TEXT, "system_fingerprint": _TEXT}
+_CHOICE_FIELDS = {"finish_reason": _TEXT, "text": _TEXT, "delta": (dict, type(None))}
+_DELTA_FIELDS = {"content": _TEXT, "reasoning": _TEXT, "reasoning_content": _TEXT, "role": _TEXT}
+
+
+def _wrong_type(obj: dict) -> str | None:
+    """The first field of a chunk whose type no OpenAI-compatible server sends, named."""
+
+    def check(d: dict, fields: dict, where: str) -> str | None:
+        for key, types in fields.items():
+            if key in d and not isinstance(d[key], types):
+                return f"{where}{key} is {type(d[key]).__name__}, not text"
+        return None
+
+    problem = check(obj, _CHUNK_FIELDS, "")
+    if problem:
+        return problem
+    if "rollcheck_sent_at" in obj and (
+        isinstance(obj["rollcheck_sent_at"], bool)
+        or not isinstance(obj["rollcheck_sent_at"], (int, float))
+    ):
+        return "rollcheck_sent_at is not a number"
+    if obj.get("usage") is not None and not isinstance(obj["usage"], dict):
+        return f"usage is {type(obj['usage']).__name__}, not an object"
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return f"choices is {type(choices).__name__}, not a list"
+    for i, choice in enumerate(choices or []):
+        if not isinstance(choice, dict):
+            return f"choices[{i}] is {type(choice).__name__}, not an object"
+        problem = check(choice, _CHOICE_FIELDS, f"choices[{i}].")
+        if problem:
+            return (
+                problem.replace(", not text", ", not an object") if "delta" in problem else problem
+            )
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            problem = check(delta, _DELTA_FIELDS, f"choices[{i}].delta.")
+            if problem:
+                return problem
+    return None
 
 
 def _content(choice: dict) -> str:

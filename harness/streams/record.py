@@ -9,6 +9,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.files import atomic
+
 
 class Outcome(enum.StrEnum):
     COMPLETE = "complete"
@@ -86,7 +88,7 @@ class StreamRecord:
 
 def write_jsonl(records: Iterable[StreamRecord], path: Path) -> int:
     n = 0
-    with open(path, "w") as f:
+    with atomic(path) as f:
         for r in records:
             f.write(r.to_json() + "\n")
             n += 1

@@ -5,6 +5,9 @@ with or without one leading space; several data lines join with "\\n"; a line
 starting with ":" is a comment; a blank line dispatches the event. Unlike a
 browser, a pending event is still delivered when the stream ends without a
 blank line, so a server that forgets the last blank line is still judged.
+
+Memory is bounded: a line, or an event's data, over `max_event_bytes` raises
+EventTooLarge; the caller judges the stream and reads no further.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ import re
 from dataclasses import dataclass
 
 _EOL = re.compile(rb"\r\n|\r|\n")
+MAX_EVENT_BYTES = 1 << 20  # far above any real chunk (a vLLM delta is well under 1 KiB)
+
+
+class EventTooLarge(ValueError):
+    """A line or an event is over the parser's limit."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,9 @@ class SSEEvent:
 
 
 class SSEParser:
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._event_bytes = 0  # data bytes of the event being built
         self._buf = bytearray()
         self._scan = 0  # where to continue looking for a line end
         self._data: list[str] = []
@@ -52,6 +62,8 @@ class SSEParser:
             start = pos = m.end()
         del buf[:start]
         self._scan = pos - start
+        if len(buf) > self.max_event_bytes:
+            raise EventTooLarge(f"event over {self.max_event_bytes} bytes (a line with no end)")
         return out
 
     def close(self, t: float) -> list[SSEEvent]:
@@ -80,6 +92,9 @@ class SSEParser:
         if sep and value.startswith(" "):
             value = value[1:]
         if field == "data":
+            self._event_bytes += len(raw)
+            if self._event_bytes > self.max_event_bytes:
+                raise EventTooLarge(f"event over {self.max_event_bytes} bytes")
             self._data.append(value)
         elif field == "event":
             self._event = value
@@ -89,4 +104,5 @@ class SSEParser:
         if self._data:
             out.append(SSEEvent(t=t, data="\n".join(self._data), event=self._event))
         self._data = []
+        self._event_bytes = 0
         self._event = None

@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from harness.cluster import TargetError
 from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, _message
+from harness.files import write_atomic
 
 
 class Preflight:
@@ -221,6 +222,7 @@ class Preflight:
             self.lint_findings = lint.lint(manifests, lint.LintOptions(min_startup_s=min_startup_s))
         except lint.LintInputError:
             self.lint_findings = []
-        (self.run_dir / "lint.json").write_text(
-            json.dumps([f.to_dict() for f in self.lint_findings], indent=2)
+        write_atomic(
+            self.run_dir / "lint.json",
+            json.dumps([f.to_dict() for f in self.lint_findings], indent=2),
         )

@@ -12,6 +12,7 @@ from kubernetes.client.rest import ApiException
 from harness.cluster import PodView, TargetError
 from harness.cluster.kube.common import _ready, _ts
 from harness.cluster.podspec import prestop_s
+from harness.files import open_append
 
 
 class _Watch(threading.Thread):
@@ -271,7 +272,7 @@ class Watching:
     def _follow_log(self, resp) -> None:
         from harness.gateway_logs import ERROR_LINE
 
-        access, error = (open(p, "a") for p in self._gw_files)
+        access, error = (open_append(p) for p in self._gw_files)
         try:
             buf = b""
             for chunk in resp.stream(4096):

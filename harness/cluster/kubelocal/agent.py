@@ -27,6 +27,7 @@ from harness.cluster.kubelocal.podnet import PodNetwork
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.podspec import prestop_s
 from harness.events import EventLog
+from harness.files import open_append
 
 SIM_IMAGE = re.compile(r"(^|/)rollcheck[/-]sim(:|@|$)")
 LEASE_S = 40
@@ -417,7 +418,7 @@ class NodeAgent:
     def _log_exception(self, where: str) -> None:
         import traceback
 
-        with open(self.dir.parent / "agent.log", "a") as f:
+        with open_append(self.dir.parent / "agent.log") as f:
             f.write(f"{time.strftime('%H:%M:%S')} {where}: {traceback.format_exc()}\n")
 
     def _patch_status(self, ns: str, name: str, status: dict) -> bool:

@@ -25,6 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
+from harness.files import open_append, write_atomic
 from harness.proc import PidFile, free_port, reap_leftovers
 from harness.waits import wait_until
 
@@ -102,7 +103,7 @@ def make_pki(folder: Path) -> dict[str, Path]:
 
     def write(name: str, data: bytes) -> None:
         files[name] = folder / name
-        files[name].write_bytes(data)
+        write_atomic(files[name], data)
         files[name].chmod(0o600)
 
     write("ca.crt", ca.public_bytes(serialization.Encoding.PEM))
@@ -181,10 +182,10 @@ class ControlPlane:
         self.timings["binaries_s"] = time.monotonic() - t0
         self.dir.mkdir(parents=True, exist_ok=True)
         pki = make_pki(self.dir / "pki")
-        self.kubeconfig.write_text(kubeconfig_text("https://127.0.0.1:0", pki))
+        write_atomic(self.kubeconfig, kubeconfig_text("https://127.0.0.1:0", pki))
         etcd_client, etcd_peer = free_port(), free_port()
         self.api_port = free_port()
-        self.kubeconfig.write_text(kubeconfig_text(self.server, pki))
+        write_atomic(self.kubeconfig, kubeconfig_text(self.server, pki))
         t1 = time.monotonic()
         self._spawn(
             "etcd",
@@ -306,11 +307,11 @@ class ControlPlane:
         if not self.egress_config:
             return []
         path = self.dir / "egress-selector.yaml"
-        path.write_text(self.egress_config)
+        write_atomic(path, self.egress_config)
         return ["--egress-selector-config-file", str(path)]
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")
+        log = open_append(self.dir / f"{name}.log", binary=True, truncate=True)
         proc = subprocess.Popen(
             cmd,
             stdout=log,

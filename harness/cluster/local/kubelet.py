@@ -24,6 +24,7 @@ import httpx
 
 from harness.cluster.config import PodSettings, Probe
 from harness.engines.startup import StartGate
+from harness.files import open_append
 
 TICK_S = 0.02
 PR_SET_PDEATHSIG = 1
@@ -172,7 +173,7 @@ class PodRunner(threading.Thread):
             self._gate.release()
 
     def _start_container(self) -> None:
-        log = open(self.log_path, "ab")
+        log = open_append(self.log_path, binary=True)
         env = dict(os.environ, **(self.spec.env or {}))
         self.proc = subprocess.Popen(
             self.spec.command,

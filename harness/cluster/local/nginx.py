@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.client import UPSTREAM_HEADER
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
+from harness.files import open_append, write_atomic
 from harness.proc import children, cmdline
 from harness.waits import wait_until
 
@@ -111,7 +112,7 @@ class Nginx:
             (self.dir / name).mkdir(exist_ok=True)
         self._write_routes(())
         self._applied = ()
-        (self.dir / "nginx.conf").write_text(self._config())
+        write_atomic(self.dir / "nginx.conf", self._config())
         test = subprocess.run(
             [binary, "-t", "-p", str(self.dir), "-c", "nginx.conf"], capture_output=True, text=True
         )
@@ -120,7 +121,7 @@ class Nginx:
         self.proc = subprocess.Popen(
             [binary, "-p", str(self.dir), "-c", "nginx.conf"],
             stdout=subprocess.DEVNULL,
-            stderr=open(self.dir / "stderr.log", "wb"),
+            stderr=open_append(self.dir / "stderr.log", binary=True, truncate=True),
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
@@ -215,8 +216,8 @@ class Nginx:
         routes += (
             f"map $upstream_addr $upstream_alias {{\n    default $upstream_addr;\n{aliases}}}\n"
         )
-        (self.dir / "upstreams.conf").write_text(routes)
-        (self.dir / "location.conf").write_text(location + "\n")
+        write_atomic(self.dir / "upstreams.conf", routes)
+        write_atomic(self.dir / "location.conf", location + "\n")
 
     def _config(self) -> str:
         return f"""daemon off;

@@ -1,0 +1,148 @@
+"""Whatever bytes a server sends, the judge gives one record with one outcome and never
+raises, and it holds a bounded amount of memory (Hypothesis: arbitrary and mutated vLLM
+streams, split at arbitrary points)."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.streams import End, Outcome, StreamObserver, Thresholds, judge_bytes
+from tests.streamcases import DONE, ROLE, STOP, TOKENS, USAGE, data
+
+pytestmark = pytest.mark.unit
+
+FAST = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+OUTCOMES = {o.value for o in Outcome}
+SMALL = Thresholds(stall_timeout_s=30, ttft_slo_s=1, itl_slo_s=1, max_event_bytes=4096)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+ends = st.sampled_from([End.EOF, End.RESET, End.STALL, End.CANCELLED])
+
+
+def split(body: bytes, cuts: list[int]) -> list[tuple[float, bytes]]:
+    points = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
+    return [
+        (0.01 * i, body[a:b])
+        for i, (a, b) in enumerate(zip(points, points[1:], strict=False))
+        if b > a
+    ]
+
+
+def one_record(status, content_type, pieces, end, th=SMALL):
+    record = judge_bytes(status, content_type, pieces, end, 5.0, th)
+    assert record.outcome in OUTCOMES
+    json.loads(record.to_json())  # it can be written
+    return record
+
+
+@FAST
+@given(
+    body=st.binary(max_size=3000),
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+    status=st.sampled_from([200, 200, 200, 206, 404, 500, 503]),
+    content_type=st.sampled_from(["text/event-stream", "text/event-stream; charset=utf-8", None]),
+    end=ends,
+)
+def test_any_bytes_give_one_record(body, cuts, status, content_type, end):
+    one_record(status, content_type, split(body, cuts), end)
+
+
+def vllm_stream() -> list[dict]:
+    body = ROLE + TOKENS + STOP + USAGE
+    return [json.loads(line[len(b"data: ") :]) for line in body.split(b"\n\n") if line]
+
+
+@FAST
+@given(
+    which=st.integers(0, 10),
+    path=st.lists(
+        st.sampled_from(
+            [
+                "choices",
+                0,
+                "delta",
+                "content",
+                "finish_reason",
+                "usage",
+                "id",
+                "model",
+                "error",
+                "message",
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    value=json_values,
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+    end=ends,
+)
+def test_a_vllm_stream_with_any_field_mutated_gives_one_record(which, path, value, cuts, end):
+    events = vllm_stream()
+    event = events[which % len(events)]
+    node = event
+    for key in path[:-1]:  # walk as far as the path exists, then put the value there
+        nxt = node[key] if isinstance(node, dict) and key in node else None
+        if isinstance(node, list) and isinstance(key, int) and node:
+            nxt = node[0]
+        if not isinstance(nxt, (dict, list)):
+            break
+        node = nxt
+    if isinstance(node, dict):
+        node[str(path[-1])] = value
+    elif node:
+        node[0] = value
+    body = b"".join(data(e) for e in events) + DONE
+    record = one_record(200, "text/event-stream", split(body, cuts), end)
+    if record.outcome == Outcome.NOT_SSE and end == End.EOF and record.error:
+        assert len(record.error) < 1000
+
+
+@FAST
+@given(
+    size=st.integers(4097, 60_000),
+    piece=st.integers(256, 70_000),
+    newline=st.booleans(),
+)
+def test_an_event_over_the_limit_is_judged_and_dropped(size, piece, newline):
+    body = ROLE + b"data: " + b"y" * size + (b"\n\n" + STOP + DONE if newline else b"")
+    obs = StreamObserver("r", 0.0, SMALL)
+    obs.headers(200, "text/event-stream", 0.0)
+    for i in range(0, len(body), piece):
+        obs.chunk(body[i : i + piece], 0.1)
+        assert obs._parser.pending_bytes <= SMALL.max_event_bytes + piece
+    record = obs.finish(End.EOF, 1.0)
+    assert record.outcome == Outcome.NOT_SSE
+    assert record.error.startswith("event over 4096 bytes")
+
+
+def test_a_50_mb_event_holds_little_memory():
+    """The issue's case: one 50 MB event took 288 MB for one stream. Now the judge keeps at
+    most its 1 MiB limit plus one read's worth of bytes."""
+    obs = StreamObserver("r", 0.0, Thresholds(stall_timeout_s=30))
+    obs.headers(200, "text/event-stream", 0.0)
+    piece = b"z" * 65536
+    tracemalloc.start()
+    try:
+        obs.chunk(ROLE + b"data: ", 0.0)
+        for _ in range(50 * 16):
+            obs.chunk(piece, 0.1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    record = obs.finish(End.EOF, 1.0)
+    assert record.outcome == "not_sse" and record.bytes > 50_000_000
+    assert peak < 4 * 1024 * 1024, f"peak {peak} bytes"
