@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import sys
 import time
@@ -51,6 +53,19 @@ def _check_api_key(ns: argparse.Namespace) -> None:
         raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
 
 
+MAX_REQUESTS = 1_000_000
+MAX_CONCURRENCY = 1000
+
+
+def _positive_seconds(ns: argparse.Namespace, name: str) -> None:
+    """A duration option: absent, or a finite number above zero (NaN and inf refused)."""
+    value = getattr(ns, name)
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(
+            f"--{name.replace('_', '-')} must be a positive number of seconds, not {value}"
+        )
+
+
 def _probe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="stream a few judged requests to any OpenAI-compatible URL")
     p.add_argument("url", help="base URL, e.g. http://127.0.0.1:8000")
@@ -64,23 +79,54 @@ def _probe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without data")
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds")
     p.add_argument("--itl-slo", type=float, default=None, help="inter-token SLO in seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="overall deadline in seconds; streams still open then are cancelled and recorded "
+        "(default: per wave of requests, the TTFT SLO or stall timeout plus the ITL SLO, or 1 s, "
+        "per token asked for)",
+    )
+    p.add_argument(
+        "--max-event-bytes",
+        type=int,
+        default=None,
+        help="an SSE event or line over this size makes the stream not_sse (default 1 MiB)",
+    )
     _add_api_key(p)
 
     def run(ns: argparse.Namespace) -> int:
         from harness.probe import format_table, run_probe
         from harness.streams import Thresholds
 
-        if ns.requests < 1 or ns.concurrency < 1:
-            raise UsageError("--requests and --concurrency must be at least 1")
+        if not 1 <= ns.requests <= MAX_REQUESTS or not 1 <= ns.concurrency <= MAX_CONCURRENCY:
+            raise UsageError(
+                f"--requests must be 1 to {MAX_REQUESTS} and --concurrency 1 to {MAX_CONCURRENCY}"
+            )
         if not ns.url.startswith(("http://", "https://")):
             raise UsageError(f"{ns.url!r} is not an http(s) URL")
         _check_api_key(ns)
-        if ns.stall_timeout <= 0:
-            raise UsageError("--stall-timeout must be positive")
+        for name in ("stall_timeout", "ttft_slo", "itl_slo", "timeout"):
+            _positive_seconds(ns, name)
+        if ns.max_tokens is not None and not 1 <= ns.max_tokens <= 10_000_000:
+            raise UsageError(f"--max-tokens must be 1 to 10000000, not {ns.max_tokens}")
+        events = ns.max_event_bytes
+        if events is not None and not 1024 <= events <= 1 << 30:
+            raise UsageError(f"--max-event-bytes must be 1024 to {1 << 30}, not {events}")
         out = ns.out or Path("reports") / time.strftime("probe-%Y%m%d-%H%M%S")
         th = Thresholds(ns.stall_timeout, ns.ttft_slo, ns.itl_slo)
+        if events is not None:
+            th = dataclasses.replace(th, max_event_bytes=events)
         _, summary = run_probe(
-            ns.url, ns.requests, ns.concurrency, out, ns.model, ns.max_tokens, th, ns.api_key
+            ns.url,
+            ns.requests,
+            ns.concurrency,
+            out,
+            ns.model,
+            ns.max_tokens,
+            th,
+            ns.api_key,
+            timeout_s=ns.timeout,
         )
         print(format_table(summary))
         print(f"records and summary: {out}")
@@ -140,10 +186,12 @@ def _load(sub: argparse._SubParsersAction) -> None:
             if not isinstance(data["load"], dict):
                 raise UsageError("load: must be a mapping of settings")
             data["load"]["api_key_env"] = ns.api_key
+        _positive_seconds(ns, "duration")
         settings = build(LoadSettings, data.get("load"), "load")
         th = _load_thresholds(data.get("slo"))
         out = ns.out or Path("reports") / time.strftime("load-%Y%m%d-%H%M%S")
         load = LoadRun(ns.url, out, settings, th)
+        stopped: KeyboardInterrupt | None = None
         try:
             load.preflight()
             load.start()
@@ -154,7 +202,11 @@ def _load(sub: argparse._SubParsersAction) -> None:
                     f"--master-host HOST --master-port PORT); master log: "
                     f"{load.load_dir / 'master.log'}"
                 )
-            hold(ns.duration, alive=load._check_alive, interval_s=0.5)
+            try:
+                hold(ns.duration, alive=load._check_alive, interval_s=0.5)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what was sent
+                stopped = exc
+                print("stopping: the load's open streams end or are cancelled", flush=True)
             result = load.stop()
         except LoadError as exc:
             load.close()
@@ -164,6 +216,8 @@ def _load(sub: argparse._SubParsersAction) -> None:
         print(f"records: {out / 'records.jsonl'}")
         for problem in result.problems:
             print(f"rollcheck load: {problem}", file=sys.stderr)
+        if stopped is not None:
+            raise stopped
         return 0 if result.accounting_ok() else 1
 
     p.set_defaults(func=run)
@@ -290,8 +344,7 @@ def _canary(sub: argparse._SubParsersAction) -> None:
                 raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
         if not 0 <= ns.min_agreement <= 1:
             raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
-        if ns.stall_timeout <= 0:
-            raise UsageError("--stall-timeout must be positive")
+        _positive_seconds(ns, "stall_timeout")
         if ns.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
         _check_api_key(ns)
@@ -444,8 +497,11 @@ def _lint(sub: argparse._SubParsersAction) -> None:
 
         for name in ("min_startup_s", "longest_silence_s", "longest_answer_s"):
             value = getattr(ns, name)
-            if value is not None and value < 0:
-                raise UsageError(f"--{name.replace('_', '-')} cannot be negative ({value:g})")
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be a finite number of seconds, "
+                    f"not negative ({value:g})"
+                )
         opts = lint.LintOptions(
             min_startup_s=ns.min_startup_s,
             gpu_quota=ns.gpu_quota,

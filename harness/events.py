@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.files import open_append
+from harness.files import BadInput, open_append, read_lines
 
 
 @dataclass
@@ -55,9 +55,23 @@ class EventLog:
 
 
 def read_events(path: Path) -> list[Event]:
+    """events.jsonl read back, one bounded line at a time; a line that is not an event
+    rollcheck writes is one BadInput line naming it."""
     out = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                out.append(Event(**json.loads(line)))
+    for n, line in read_lines(path):
+        try:
+            d = json.loads(line)
+            if not isinstance(d, dict):
+                raise ValueError(f"a JSON {type(d).__name__}, not an object")
+            ev = Event(**d)
+            if isinstance(ev.t, bool) or not isinstance(ev.t, (int, float)):
+                raise ValueError("t is not a number")
+            if not isinstance(ev.kind, str) or not isinstance(ev.detail, dict):
+                raise ValueError("kind is not text or detail not an object")
+            for name in ("pod", "node", "version"):
+                if not isinstance(getattr(ev, name), (str, type(None))):
+                    raise ValueError(f"{name} is not text")
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"{path}:{n}: not a rollcheck event ({exc})") from None
+        out.append(ev)
     return out

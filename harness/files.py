@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
@@ -105,3 +106,63 @@ def check_writable(folder: Path) -> None:
         raise UnsafeDestination(
             f"cannot write to {folder}: {exc.strerror or exc}; give a writable folder with --out"
         ) from None
+
+
+# --- reading what a run folder holds: sizes bounded, shapes checked -------------------
+
+MAX_JSON_BYTES = 64 << 20  # summary.json, index.json: a real one is kilobytes
+MAX_LOG_BYTES = 256 << 20  # records.jsonl, events.jsonl: a night's run is megabytes
+MAX_LINE_BYTES = 1 << 20  # one record or event
+
+
+class BadInput(RollcheckError, ValueError):
+    """A file rollcheck reads is too large, not a regular file or not the right shape."""
+
+
+def check_input(path: Path, limit: int) -> int:
+    """The size of `path`, refusing a link to a non-file, a FIFO or a file over limit."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{path} is not a regular file; remove it or rerun the run")
+    if st.st_size > limit:
+        raise BadInput(
+            f"{path} is {st.st_size} bytes, over rollcheck's {limit} byte limit for it; "
+            "it is not a file rollcheck wrote"
+        )
+    return st.st_size
+
+
+def read_json(path: Path, kind: type = dict, limit: int = MAX_JSON_BYTES):
+    """A JSON file that must hold a `kind` (an object by default), or one BadInput line."""
+    check_input(path, limit)
+    try:
+        value = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path} is not readable JSON ({exc}); rerun the run or remove it") from None
+    if not isinstance(value, kind):
+        raise BadInput(
+            f"{path} holds a JSON {type(value).__name__}, not the {kind.__name__} rollcheck "
+            "writes there; rerun the run or remove it"
+        )
+    return value
+
+
+def read_lines(path: Path, limit: int = MAX_LOG_BYTES, line_limit: int = MAX_LINE_BYTES):
+    """(line number, text) of a JSON-lines file, holding one bounded line at a time."""
+    check_input(path, limit)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        n = 0
+        while True:
+            line = f.readline(line_limit + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > line_limit:
+                raise BadInput(
+                    f"{path}:{n}: a line over {line_limit} bytes; not a rollcheck record"
+                )
+            if line.strip():
+                yield n, line

@@ -22,13 +22,17 @@ import httpx
 import loadgen
 from harness.config import ConfigError
 from harness.errors import RollcheckError
-from harness.files import open_append, write_atomic
+from harness.files import check_writable, open_append, write_atomic
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import wait_until
 from loadgen.settings import LoadSettings
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
+
+
+# the load reads back the records it wrote itself: only the report's bound is tighter
+OWN_RECORDS_LIMIT = 16 << 30
 
 
 class LoadError(RollcheckError, RuntimeError):
@@ -86,6 +90,7 @@ class LoadRun:
         """Fail fast, in one line, on a target that cannot serve the load at all."""
         from loadgen.settings import auth_headers
 
+        check_writable(self.run_dir)  # before the first request, not after the last
         target = self.url + self.settings.path
         try:
             headers = auth_headers(self.settings.api_key_env)
@@ -275,7 +280,7 @@ class LoadRun:
         self.close()
         status = self.status() or {}
         records = (
-            list(read_jsonl(self.run_dir / "records.jsonl"))
+            list(read_jsonl(self.run_dir / "records.jsonl", limit=OWN_RECORDS_LIMIT))
             if (self.run_dir / "records.jsonl").exists()
             else []
         )

@@ -1,18 +1,44 @@
-"""`rollcheck probe URL`: a few judged streams against any OpenAI-compatible server."""
+"""`rollcheck probe URL`: a few judged streams against any OpenAI-compatible server.
+
+It ends and keeps what it has: an overall deadline (default from the SLOs and the answer
+length) cancels the streams still open and records them; Ctrl-C and SIGTERM do the same,
+write the records and the summary, and then end the command (130, 143). The output
+folder is checked writable before the first request is sent.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 
 from harness.checks import check_accounting, check_all_complete, check_ttft_slo
-from harness.client import chat_payload, make_client, stream_request
+from harness.client import Cancel, chat_payload, make_client, stream_request
+from harness.files import check_destination, check_writable, write_atomic
 from harness.streams import Outcome, StreamRecord, Thresholds, write_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
-from harness.verdict import verdict
+from harness.verdict import failed, inconclusive, passed, verdict
+
+JOIN_AFTER_CANCEL_S = 5.0  # a cancelled stream's thread returns at once; this is a bound
+
+
+def default_timeout_s(requests: int, concurrency: int, max_tokens: int | None, th: Thresholds):
+    """Waves of requests, each allowed its TTFT (or the stall timeout) and one inter-token
+    SLO (or a second) per token asked for."""
+    waves = -(-requests // concurrency)
+    per_token = th.itl_slo_s or 1.0
+    return waves * ((th.ttft_slo_s or th.stall_timeout_s) + (max_tokens or 1024) * per_token)
+
+
+def check_deadline(records: list[StreamRecord], timeout_s: float, cut: int):
+    expected = f"every answer ends within the probe's {timeout_s:g} s"
+    if cut:
+        bad = [r for r in records if r.outcome == Outcome.CANCELLED]
+        hint = "the server kept streaming past the deadline; raise --timeout for longer answers"
+        return failed("probe_deadline", f"{cut} streams still open", expected, "streams", bad, hint)
+    return passed("probe_deadline", "all ended", expected, f"{len(records)} streams")
 
 
 def run_probe(
@@ -25,57 +51,101 @@ def run_probe(
     thresholds: Thresholds,
     api_key_env: str | None,
     prompt: str = "Explain rolling updates in one paragraph.",
+    timeout_s: float | None = None,
 ) -> tuple[list[StreamRecord], dict]:
     url = base_url.rstrip("/")
     if not url.endswith("/chat/completions"):
         url += "/v1/chat/completions" if not url.endswith("/v1") else "/chat/completions"
+    check_writable(out)
+    for name in ("records.jsonl", "summary.json"):
+        check_destination(out / name)
+    if timeout_s is None:
+        timeout_s = default_timeout_s(requests, concurrency, max_tokens, thresholds)
     headers = {}
     if api_key_env and os.environ.get(api_key_env):
         headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
     records: list[StreamRecord] = []
     lock = threading.Lock()
+    cancel = Cancel()
+    todo = iter(range(requests))
     sent = 0
-
-    def one(i: int) -> None:
-        nonlocal sent
-        with lock:
-            sent += 1
-        payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
-        stream_request(client, url, payload, thresholds, headers=headers, on_record=keep)
 
     def keep(record: StreamRecord) -> None:
         with lock:
             records.append(record)
 
+    def worker() -> None:
+        nonlocal sent
+        while not cancel.is_set():
+            with lock:
+                i = next(todo, None)
+                if i is None:
+                    return
+                sent += 1
+            payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
+            stream_request(
+                client, url, payload, thresholds, headers=headers, on_record=keep, cancel=cancel
+            )
+
+    stopped: BaseException | None = None
+    cut = 0
     with make_client(thresholds.stall_timeout_s, concurrency) as client:
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(one, range(requests)))
-    records.sort(key=lambda r: r.sent_at)
+        # daemon threads: a stream that ignores its cancellation cannot hold the exit
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through harness.signals
+            stopped = exc
+        if any(t.is_alive() for t in threads):
+            with lock:
+                cut = sent - len(records)
+            cancel.set()
+            end = time.monotonic() + JOIN_AFTER_CANCEL_S
+            for t in threads:
+                t.join(max(0.0, end - time.monotonic()))
+        with lock:
+            records = sorted(records, key=lambda r: r.sent_at)
+            sent_total = sent
     outcomes = count_outcomes(records)
     checks = [
-        check_accounting(sent, records, sum(outcomes.values())),
+        check_accounting(sent_total, records, sum(outcomes.values())),
         check_all_complete(records),
         check_ttft_slo(records, thresholds.ttft_slo_s),
     ]
+    if stopped is None:
+        checks.append(check_deadline(records, timeout_s, cut))
+    else:
+        reason = f"stopped by {'SIGTERM' if type(stopped).__name__ == 'Terminated' else 'Ctrl-C'}"
+        checks.append(inconclusive("probe_finished", "every request sent and ended", reason))
     summary = {
         "scenario": "probe",
         "target": base_url,
         "verdict": verdict(checks),
         "requests": len(records),
+        "sent": sent_total,
+        "ended": "interrupted" if stopped else "deadline" if cut else "done",
+        "timeout_s": timeout_s,
         "outcomes": outcomes,
         "flags": count_flags(records),
         "gateway": None,  # a probe reads no gateway logs
         "latency": latency_summary(records),
         "checks": [c.to_dict() for c in checks],
     }
-    out.mkdir(parents=True, exist_ok=True)
     write_jsonl(records, out / "records.jsonl")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    if stopped is not None:
+        raise stopped
     return records, summary
 
 
 def format_table(summary: dict) -> str:
     lines = [f"{summary['target']}: {summary['requests']} requests, verdict {summary['verdict']}"]
+    if summary.get("ended") == "deadline":
+        lines.append(f"  stopped at the {summary['timeout_s']:g} s deadline (--timeout)")
     for outcome, n in summary["outcomes"].items():
         if n or outcome == Outcome.COMPLETE:
             lines.append(f"  {outcome:<14} {n:>6}")

@@ -9,6 +9,7 @@ State lives on the pytest config's stash, not in globals.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from pathlib import Path
@@ -85,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath and "{session}" in xmlpath:  # one JUnit file per night, beside its reports
         config.option.xmlpath = xmlpath.replace("{session}", _session_dir(config).name)
+    _check_reports_dir(Path(config.getoption("reports_dir", None) or "reports"))
     keep = config.getoption("keep_sessions", None)
     if keep is not None and keep < 1:
         raise pytest.UsageError(f"--keep-sessions must be at least 1, not {keep}")
@@ -107,6 +109,14 @@ def pytest_configure(config: pytest.Config) -> None:
         # a bad --set or config file is one line now, not an error in every scenario's
         # fixture set-up (with the fixture's code printed) after collection
         _run_config(config)
+
+
+def _check_reports_dir(path: Path) -> None:
+    """--reports-dir must be a folder rollcheck can write (checked before any scenario)."""
+    if path.exists() and not path.is_dir():
+        raise pytest.UsageError(f"--reports-dir {path} is a file, not a folder; give a folder")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"--reports-dir {path} is not writable; give a writable folder")
 
 
 def _run_config(config: pytest.Config):
@@ -284,6 +294,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if session_dir_key not in config.stash:
         return
+    from harness.errors import RollcheckError
     from harness.report.compare import write_history
     from harness.report.html import write_index
 
@@ -298,7 +309,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if pruned and tr is not None:
             tr.write_line(f"rollcheck: pruned {len(pruned)} old sessions ({', '.join(pruned)})")
     # every session in the reports folder (the nightly keeps one per night): the history
-    history, _ = write_history(session_dir.parent)
+    try:
+        history, _ = write_history(session_dir.parent)
+    except RollcheckError as exc:  # an old session the history cannot read: said, not fatal
+        history = f"not written ({exc})"
     for line in verdict_lines(session_dir):
         tr.write_line(line)
     tr.write_line(f"rollcheck: session report {index}")
@@ -326,14 +340,19 @@ def prune_sessions(reports_dir: Path, keep: int) -> list[str]:
 
 def verdict_lines(session_dir: Path) -> list[str]:
     """One line per scenario run: verdict, goodput (the headline figure), attribution."""
-    import json
-
     from harness.report.html import goodput_text
 
     lines = []
+    from harness.report.compare import ReportInputError, read_summary
+
     for path in sorted(session_dir.glob("*/summary.json")):
-        s = json.loads(path.read_text())
+        try:
+            s = read_summary(path)
+        except ReportInputError as exc:
+            lines.append(f"rollcheck: {exc}")
+            continue
         att = (s.get("attribution") or {}).get("text", "")
+        att = att if isinstance(att, str) else ""
         if s["verdict"] == "skipped":
             lines.append(f"rollcheck: {s.get('name')} SKIPPED: {s.get('reason')}")
             continue

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -389,7 +390,7 @@ def test_compare_two_sessions(tmp_path):
     only = page[page.index("Only in the baseline") :]
     assert "test_pod_kill" in only[: only.index("</ul>")]
     for href in re.findall(r"<a href='([^'#]+)'", page):  # both sessions' reports, relative
-        assert (out.parent / href).is_file(), href
+        assert (out.parent / unquote(href)).is_file(), href
     assert rollcheck("--compare", base, cand, "--out", out, "--fail-on-regression").returncode == 1
 
 
@@ -474,7 +475,7 @@ def test_history_of_three_nights(tmp_path):
     assert re.findall(r">(PASS|FAIL|INCONCLUSIVE)</a>", row["drain"]) == ["PASS", "PASS", "FAIL"]
     assert row["drain"].count("<circle") == 3  # the goodput trend, one point a night
     for href in re.findall(r"<a href='([^']+)'", page):
-        assert (tmp_path / href).is_file(), href
+        assert (tmp_path / unquote(href)).is_file(), href
 
 
 @pytest.mark.browser

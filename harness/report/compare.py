@@ -8,14 +8,15 @@ a folder written by one pytest run (reports/<time>-<target>/<run>/summary.json).
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import RollcheckError
-from harness.files import write_atomic
-from harness.report.html import CSS, _e, goodput_text, verdict_class
+from harness.files import BadInput, read_json, read_lines, write_atomic
+from harness.report.html import CSS, _e, _href, goodput_text, verdict_class
 from harness.verdict import PHASES
 
 # worse is higher: a verdict that moves right is a regression
@@ -56,38 +57,62 @@ class ReportInputError(RollcheckError):
 class Session:
     folder: Path
     runs: dict[str, dict]  # run name (the pytest test name) -> summary.json
+    unreadable: list[str] = field(default_factory=list)  # one line per summary passed over
 
     @property
     def name(self) -> str:
         return self.folder.name
 
 
-def load_session(folder: Path) -> Session:
-    import json
+VERDICTS = ("pass", "fail", "inconclusive", "skipped", "n/a")
 
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json as the pages need it, or ReportInputError (one line)."""
+    try:
+        s = read_json(path)
+    except BadInput as exc:
+        raise ReportInputError(
+            f"{exc}; rerun `rollcheck report {path.parent}` or remove the run"
+        ) from None
+    if s.get("verdict") not in VERDICTS:
+        raise ReportInputError(
+            f"{path} is not a rollcheck summary (verdict {str(s.get('verdict'))[:40]!r})"
+        )
+    for key, kind in (("outcomes", dict), ("checks", list), ("goodput", dict), ("name", str)):
+        if s.get(key) is not None and not isinstance(s[key], kind):
+            raise ReportInputError(
+                f"{path}: {key} is a {type(s[key]).__name__}, not a {kind.__name__}"
+            )
+    return s
+
+
+def load_session(folder: Path, strict: bool = True) -> Session:
+    """strict: an unreadable summary is an error; otherwise (the history of many nights)
+    it is passed over and named in Session.unreadable."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportInputError(
             f"{folder} is not a folder; give a session folder (reports/<time>-<target>)"
         )
     runs: dict[str, dict] = {}
+    unreadable: list[str] = []
     for path in sorted(folder.glob("*/summary.json")):
         try:
-            s = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ReportInputError(
-                f"{path} is not readable JSON ({exc}); rerun `rollcheck report {path.parent}` or remove the run"
-            ) from None
-        if not isinstance(s, dict) or "verdict" not in s:
-            raise ReportInputError(f"{path} is not a rollcheck summary (no verdict)")
+            s = read_summary(path)
+        except ReportInputError as exc:
+            if strict:
+                raise
+            unreadable.append(str(exc))
+            continue
         s["_folder"] = path.parent
         runs[s.get("name") or path.parent.name] = s
-    if not runs:
+    if not runs and not unreadable:
         raise ReportInputError(
             f"{folder} is not a rollcheck session: no <run>/summary.json in it; give a folder "
             "one pytest run wrote (reports/<time>-<target>)"
         )
-    return Session(folder, runs)
+    return Session(folder, runs, unreadable)
 
 
 # --- comparing two sessions -----------------------------------------------------------
@@ -100,7 +125,9 @@ def broken(s: dict) -> int:
 
 
 def share(s: dict, phase: str = "all") -> float | None:
-    return ((s.get("goodput") or {}).get(phase) or {}).get("share")
+    g = (s.get("goodput") or {}).get(phase)
+    value = g.get("share") if isinstance(g, dict) else None
+    return value if _number(value) else None
 
 
 def good_of(s: dict, phase: str = "all") -> tuple[int, int] | None:
@@ -121,10 +148,8 @@ def samples(run: dict) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {metric: [] for metric, _ in LATENCY}
     if not path.exists():
         return out
-    with path.open(errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    try:
+        for n, line in read_lines(path):
             try:
                 r = json.loads(line)
             except ValueError:
@@ -139,11 +164,13 @@ def samples(run: dict) -> dict[str, list[float]]:
                 value = per_token if metric == "per_token_s" else r.get(metric)
                 if _number(value):
                     values.append(float(value))
+    except BadInput as exc:
+        raise ReportInputError(f"{exc}; compare without that run") from None
     return out
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def latency_change(base: list[float], cand: list[float]) -> tuple[str, str]:
@@ -254,7 +281,8 @@ def _fmt(v) -> str:
 
 
 def _link(page: Path, run: dict, text: str) -> str:
-    href = os.path.relpath(Path(run["_folder"]) / "report.html", page.parent)
+    rel = os.path.relpath(Path(run["_folder"]) / "report.html", page.parent)
+    href = _href(*rel.split(os.sep))
     return f"<a href='{_e(href)}'>{_e(text)}</a>"
 
 
@@ -345,7 +373,7 @@ def load_history(reports_dir: Path) -> list[Session]:
     sessions = []
     for folder in sorted(p for p in reports_dir.iterdir() if p.is_dir()):
         if any(folder.glob("*/summary.json")):
-            sessions.append(load_session(folder))
+            sessions.append(load_session(folder, strict=False))
     if not sessions:
         raise ReportInputError(
             f"{reports_dir} holds no rollcheck sessions (folders of <run>/summary.json); give "
@@ -444,9 +472,19 @@ def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
         "and goodput.</p>"
         f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
         + "".join(rows)
-        + "</table></body></html>"
+        + "</table>"
+        + _unreadable(sessions)
+        + "</body></html>"
     )
     return html, table
+
+
+def _unreadable(sessions: list[Session]) -> str:
+    lines = [line for s in sessions for line in s.unreadable]
+    if not lines:
+        return ""
+    items = "".join(f"<li><code>{_e(line)}</code></li>" for line in lines)
+    return f"<h2>Runs passed over ({len(lines)}): their summary.json could not be read</h2><ul>{items}</ul>"
 
 
 def write_history(reports_dir: Path, out: Path | None = None) -> tuple[Path, dict]:

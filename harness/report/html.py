@@ -12,11 +12,12 @@ import html
 import json
 import os
 import re
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 
 from harness.events import Event, read_events
-from harness.files import write_atomic
+from harness.files import BadInput, read_json, write_atomic
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 
@@ -64,7 +65,24 @@ def _e(x) -> str:
 
 
 def _fmt(x, unit="s", nd=3) -> str:
-    return "–" if x is None else f"{x:.{nd}f} {unit}".strip()
+    if x is None:
+        return "–"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return _e(x)  # not a number (a summary edited by hand): shown as text, escaped
+    return f"{x:.{nd}f} {unit}".strip()
+
+
+def _pct(x, nd: int = 1) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return _e(x)
+    return f"{x:.{nd}%}"
+
+
+def _href(*parts: str) -> str:
+    """A link to a file below the page's own folder: each part percent-encoded, so a
+    folder named `javascript:...` (its colon encoded) or holding a quote stays a
+    relative path."""
+    return "/".join(urllib.parse.quote(str(p), safe="") for p in parts)
 
 
 def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
@@ -74,7 +92,9 @@ def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
     )
     events = read_events(run_dir / "events.jsonl") if (run_dir / "events.jsonl").exists() else []
     if (run_dir / "summary.json").exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = read_json(run_dir / "summary.json")
+        if not isinstance(summary.get("latency") or {}, dict):
+            raise BadInput(f"{run_dir / 'summary.json'}: latency is not an object")
     else:  # a folder from `rollcheck load` or `probe` without a scenario verdict
         summary = {
             "scenario": run_dir.name,
@@ -92,7 +112,15 @@ def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
 def write_report(run_dir: Path) -> Path:
     summary, records, events = load_run(run_dir)
     path = Path(run_dir) / "report.html"
-    write_atomic(path, render(summary, records, events))
+    try:
+        page = render(summary, records, events)
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+        # a summary.json edited by hand, or from another tool: one line, not a traceback
+        raise BadInput(
+            f"{Path(run_dir) / 'summary.json'}: a value of a shape rollcheck does not write "
+            f"({type(exc).__name__}: {str(exc)[:80]}); rerun the run to write it again"
+        ) from None
+    write_atomic(path, page)
     return path
 
 
@@ -104,7 +132,9 @@ def goodput_text(summary: dict, phase: str = "all") -> str:
     g = (summary.get("goodput") or {}).get(phase) or {}
     if g.get("share") is None:
         return "–"
-    return f"{g['share']:.1%} ({g['good']} of {g['requests']})"
+    share = g["share"]  # plain text: every caller escapes it
+    shown = f"{share:.1%}" if isinstance(share, (int, float)) else str(share)
+    return f"{shown} ({g.get('good')} of {g.get('requests')})"
 
 
 def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> str:
@@ -124,7 +154,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         )
         + "</h1>",
         f"<div class=muted>scenario {_e(summary.get('scenario'))} · target {_e(summary.get('target'))}"
-        f" · {summary.get('requests', 0)} requests · times are seconds from the disruption</div>",
+        f" · {_e(summary.get('requests', 0))} requests · times are seconds from the disruption</div>",
         _actions(events, t0),
         _failed_checks(summary),
         _evidence(summary),
@@ -227,12 +257,12 @@ def _goodput_table(summary: dict) -> str:
     slo = summary.get("slo") or {}
     budgets = (slo.get("budgets") or {}).get("ttft") or {}
     rows = "".join(
-        f"<tr><td>{_e(p)}</td><td class=num>{v['requests']}</td>"
+        f"<tr><td>{_e(p)}</td><td class=num>{_e(v['requests'])}</td>"
         f"<td class=num>{_e(goodput_text(summary, p) if gp.get(p) else '–')}</td>"
-        f"<td class=num>{v['ttft_slo_breach'] + v.get('no_first_token', 0)}</td>"
-        f"<td class=num>{budgets.get(p, 0):.0%}</td>"
-        f"<td class=num>{v['missing_done']}</td><td class=num>{v['truncated']}</td>"
-        f"<td class=num>{'–' if v['gateway_499'] is None else v['gateway_499']}</td></tr>"
+        f"<td class=num>{_e(v['ttft_slo_breach'] + v.get('no_first_token', 0))}</td>"
+        f"<td class=num>{_pct(budgets.get(p, 0), 0)}</td>"
+        f"<td class=num>{_e(v['missing_done'])}</td><td class=num>{_e(v['truncated'])}</td>"
+        f"<td class=num>{'–' if v['gateway_499'] is None else _e(v['gateway_499'])}</td></tr>"
         for p, v in sig.items()
     )
     return (
@@ -323,12 +353,12 @@ def _outcome_table(summary: dict) -> str:
     outcomes = summary.get("outcomes", {})
     cells = "".join(
         f"<tr><td><span class=swatch style='background:{COLORS.get(k, '#000')}'></span>{_e(k)}</td>"
-        f"<td class=num>{v}</td></tr>"
+        f"<td class=num>{_e(v)}</td></tr>"
         for k, v in outcomes.items()
         if v or k == "complete"
     )
     flags = "".join(
-        f"<tr><td>flag {_e(k)}</td><td class=num>{v}</td></tr>"
+        f"<tr><td>flag {_e(k)}</td><td class=num>{_e(v)}</td></tr>"
         for k, v in (summary.get("flags") or {}).items()
         if v
     )
@@ -725,8 +755,12 @@ def _broken_table(
 
 
 def _latency_table(latency: dict) -> str:
+    if any(isinstance(v, dict) and "n" in v for v in latency.values()):
+        latency = {"all": latency}  # a probe's or a load's: one population, no phases
     rows = []
     for phase, metrics in latency.items():
+        if not isinstance(metrics, dict):
+            continue
         for name, p in metrics.items():
             rows.append(
                 f"<tr><td>{_e(phase)}</td><td>{_e(name)}</td><td class=num>{p.get('n', 0)}</td>"
@@ -744,12 +778,12 @@ def _gateway_table(gw: dict | None) -> str:
     if not gw:
         return "<p class=muted>No gateway logs for this run.</p>"
     rows = "".join(
-        f"<tr><td>HTTP {_e(k)}</td><td class=num>{v}</td></tr>"
+        f"<tr><td>HTTP {_e(k)}</td><td class=num>{_e(v)}</td></tr>"
         for k, v in gw.get("status", {}).items()
     )
     rows += (
         f"<tr><td>upstream prematurely closed</td>"
-        f"<td class=num>{gw.get('upstream_prematurely_closed', 0)}</td></tr>"
+        f"<td class=num>{_e(gw.get('upstream_prematurely_closed', 0))}</td></tr>"
     )
     return f"<table>{rows}</table>"
 
@@ -764,7 +798,7 @@ def _loadgen(lg: dict | None) -> str:
         if lg.get("cpu_warning")
         else "no CPU warning"
     )
-    return f"<p>{lg.get('workers', 0)} worker(s); send lag p99 {_fmt(lag)}; {warn}</p>"
+    return f"<p>{_e(lg.get('workers', 0))} worker(s); send lag p99 {_fmt(lag)}; {warn}</p>"
 
 
 STATUS_MARK = {"pass": "✔", "fail": "✘", "inconclusive": "?", "skipped": "–"}
@@ -792,36 +826,58 @@ tr.style.display=tr.textContent.toLowerCase().indexOf(q)<0?'none':'';});});})();
 </script>"""
 
 
+def _index_row(s: dict) -> str:
+    s["scenario"] = str(s.get("scenario"))
+    broken = sum(
+        v for k, v in (s.get("outcomes") or {}).items() if k not in ("complete", "cancelled")
+    )
+    if not isinstance(broken, int):
+        raise TypeError("outcomes are not counts")
+    failed = (
+        ", ".join(
+            str(c["name"]) + (" (inconclusive)" if c.get("status") == "inconclusive" else "")
+            for c in s.get("checks") or []
+            if c.get("status", "pass" if c["passed"] else "fail") in ("fail", "inconclusive")
+        )
+        or s.get("reason")  # a skipped scenario: why the target could not run it
+        or "–"
+    )
+    v = s["verdict"]
+    return (
+        f"<tr><td>{_e(s['scenario'])}</td><td><a href='{_href(s['_folder'], 'report.html')}'>"
+        f"{_e(s.get('name') or s['_folder'])}</a></td>"
+        f"<td><span class='verdict {verdict_class(v)}'>{_e(v.upper())}</span></td>"
+        f"<td class=num>{_e(goodput_text(s))}</td>"
+        f"<td class=num>{_e(s.get('requests'))}</td><td class=num>{_e(broken)}</td><td>{_e(failed)}</td></tr>"
+    )
+
+
 def write_index(session_dir: Path) -> Path | None:
     """index.html over every scenario run of a session: the pass/fail matrix and links."""
     session_dir = Path(session_dir)
-    runs = []
+    from harness.report.compare import ReportInputError, read_summary
+
+    runs, unreadable = [], []
     for summary_path in sorted(session_dir.glob("*/summary.json")):
-        s = json.loads(summary_path.read_text())
+        try:
+            s = read_summary(summary_path)
+        except ReportInputError as exc:  # listed on the page, never the end of the session
+            unreadable.append(str(exc))
+            continue
         s["_folder"] = summary_path.parent.name
         runs.append(s)
-    if not runs:
+    if not runs and not unreadable:
         return None
     rows = []
-    for s in runs:
-        broken = sum(v for k, v in s["outcomes"].items() if k not in ("complete", "cancelled"))
-        failed = (
-            ", ".join(
-                c["name"] + (" (inconclusive)" if c.get("status") == "inconclusive" else "")
-                for c in s["checks"]
-                if c.get("status", "pass" if c["passed"] else "fail") in ("fail", "inconclusive")
+    for s in list(runs):
+        try:
+            rows.append(_index_row(s))
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            runs.remove(s)
+            unreadable.append(
+                f"{session_dir / s['_folder'] / 'summary.json'}: a value of a shape rollcheck "
+                f"does not write ({type(exc).__name__}: {str(exc)[:80]})"
             )
-            or s.get("reason")  # a skipped scenario: why the target could not run it
-            or "–"
-        )
-        v = s["verdict"]
-        rows.append(
-            f"<tr><td>{_e(s['scenario'])}</td><td><a href='{_e(s['_folder'])}/report.html'>"
-            f"{_e(s.get('name') or s['_folder'])}</a></td>"
-            f"<td><span class='verdict {verdict_class(v)}'>{_e(v.upper())}</span></td>"
-            f"<td class=num>{_e(goodput_text(s))}</td>"
-            f"<td class=num>{s['requests']}</td><td class=num>{broken}</td><td>{_e(failed)}</td></tr>"
-        )
     kinds = Counter((s["scenario"], s["verdict"]) for s in runs)
     matrix = "".join(
         f"<tr><td>{_e(k)}</td><td class=num>{kinds.get((k, 'pass'), 0)}</td>"
@@ -832,7 +888,14 @@ def write_index(session_dir: Path) -> Path | None:
     )
     verdicts = {s["verdict"] for s in runs}
     overall = next((v for v in ("fail", "inconclusive") if v in verdicts), None)
+    overall = overall or ("inconclusive" if unreadable else None)
     overall = overall or ("skipped" if verdicts == {"skipped"} else "pass")
+    passed_over = "".join(f"<li><code>{_e(line)}</code></li>" for line in unreadable)
+    if passed_over:
+        passed_over = (
+            f"<h2>Runs passed over ({len(unreadable)}): their summary.json could not be read</h2>"
+            f"<ul>{passed_over}</ul>"
+        )
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
@@ -841,7 +904,7 @@ def write_index(session_dir: Path) -> Path | None:
         "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
         f"<th>inconclusive</th><th>skipped</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
         "<th>run</th><th>verdict</th><th>goodput</th>"
-        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table></body></html>"
+        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table>{passed_over}</body></html>"
     )
     path = session_dir / "index.html"
     write_atomic(path, page)

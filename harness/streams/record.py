@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.files import atomic
+from harness.files import MAX_LOG_BYTES, BadInput, atomic, read_lines
 
 
 class Outcome(enum.StrEnum):
@@ -26,6 +27,33 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_FIELD_TYPES = {
+    "request_id": (str,),
+    "outcome": (str,),
+    "sent_at": _NUM,
+    "duration_s": _NUM,
+    "status": (int, type(None)),
+    "headers_s": _OPT_NUM,
+    "ttft_s": _OPT_NUM,
+    "last_event_s": _OPT_NUM,
+    "done": (bool,),
+    "flags": (list,),
+    "tokens": (int,),
+    "usage": (dict, type(None)),
+    "itl_max_s": _OPT_NUM,
+    "itl_p50_s": _OPT_NUM,
+    "itl_p99_s": _OPT_NUM,
+    "events": (int,),
+    "comments": (int,),
+    "bytes": (int,),
+    "skew_p50_s": _OPT_NUM,
+    "skew_p99_s": _OPT_NUM,
+    "tags": (dict,),
+    "pieces": (list, type(None)),
+    "gateway": (dict, type(None)),
+}  # every other field is text or null
 BROKEN = frozenset(Outcome) - {Outcome.COMPLETE, Outcome.CANCELLED}
 FLAGS = ("ttft_slo_breach", "itl_slo_breach", "empty")
 
@@ -82,8 +110,28 @@ class StreamRecord:
 
     @classmethod
     def from_dict(cls, d: dict) -> StreamRecord:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        """A record read back (a run folder may have been edited by hand): every field of
+        the type rollcheck writes, or ValueError naming the first that is not."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON {type(d).__name__}, not an object")
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in d:
+                continue
+            value = d[f.name]
+            kinds = _FIELD_TYPES.get(f.name, (str, type(None)))
+            ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+            if ok and isinstance(value, float) and not math.isfinite(value):
+                ok = False
+            if ok and isinstance(value, list) and not all(isinstance(x, str) for x in value):
+                ok = False
+            if not ok:
+                raise ValueError(f"field {f.name} is {type(value).__name__} {str(value)[:40]!r}")
+            kwargs[f.name] = value
+        for name in ("request_id", "outcome", "sent_at", "duration_s"):
+            if name not in kwargs:
+                raise ValueError(f"no field {name}")
+        return cls(**kwargs)
 
 
 def write_jsonl(records: Iterable[StreamRecord], path: Path) -> int:
@@ -95,11 +143,10 @@ def write_jsonl(records: Iterable[StreamRecord], path: Path) -> int:
     return n
 
 
-def read_jsonl(path: Path) -> Iterator[StreamRecord]:
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield StreamRecord.from_dict(json.loads(line))
-                except (ValueError, TypeError) as exc:
-                    raise ValueError(f"{path}:{lineno}: not a stream record ({exc})") from None
+def read_jsonl(path: Path, limit: int = MAX_LOG_BYTES) -> Iterator[StreamRecord]:
+    """The records of a records.jsonl, one bounded line at a time (harness/files.py)."""
+    for lineno, line in read_lines(path, limit):
+        try:
+            yield StreamRecord.from_dict(json.loads(line))
+        except (ValueError, TypeError) as exc:
+            raise BadInput(f"{path}:{lineno}: not a stream record ({exc})") from None
