@@ -9,31 +9,52 @@ simulator's own settings classes (loadgen/settings.py, harness/sim/settings.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.errors import RollcheckError
+from harness.yamlsafe import YamlInputError, load_one
 
 
 class ConfigError(RollcheckError, ValueError):
     """Bad configuration: the message is one line, fit to print as it is."""
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few kilobytes
+MAX_INT = 1 << 31  # no count or size rollcheck reads is larger
+MAX_SECONDS = 10_000_000.0  # about 115 days: longer is a typo
+SECRET_WORDS = ("key", "token", "password", "secret", "credential")
+
+
+def is_secret(key: str) -> bool:
+    """A setting whose value is never echoed (an error shows <hidden> instead)."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return any(w in last for w in SECRET_WORDS) and not last.endswith("_env")
+
+
+def shown(key: str, value: Any) -> str:
+    return "<hidden>" if is_secret(key) else repr(value)
+
+
 def load_yaml(path: Path) -> dict:
     try:
-        text = Path(path).read_text()
+        size = Path(path).stat().st_size
+        if not Path(path).is_file():
+            raise ConfigError(f"config {path} is not a regular file; give a YAML file")
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"config {path} is {size} bytes, over the {MAX_CONFIG_BYTES} a config may be"
+            )
+        text = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        data = load_one(text, str(path)) or {}
+    except YamlInputError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
     return data
@@ -44,18 +65,19 @@ def apply_sets(data: dict, sets: list[str]) -> dict:
     out = _deep_copy(data)
     for item in sets:
         key, sep, raw = item.partition("=")
+        said = f"{key}=<hidden>" if is_secret(key) else item
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. engine.ttft_s=0.2")
+            raise ConfigError(f"--set {said!r}: expected key=value, e.g. engine.ttft_s=0.2")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = load_one(raw, f"--set {key}", max_nodes=10_000) if raw.strip() else ""
+        except YamlInputError:
             value = raw
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {part} is not a section")
+                raise ConfigError(f"--set {said!r}: {part} is not a section")
         node[parts[-1]] = value
     return out
 
@@ -104,12 +126,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         return build(tp, value, key)
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {shown(key, value)}")
         (item,) = typing.get_args(tp) or (Any,)
         return [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {shown(key, value)}")
         return value
     if tp is bool:
         if isinstance(value, bool):
@@ -117,18 +139,26 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{key}: expected a finite number, got {value}")
             if key.endswith("_s") and value < 0:
                 raise ConfigError(f"{key}: a duration cannot be negative ({value})")
+            if key.endswith("_s") and value > MAX_SECONDS:
+                raise ConfigError(f"{key}: {value:g} s is over {MAX_SECONDS:g} s; a typo?")
+            if abs(value) > MAX_INT:
+                raise ConfigError(f"{key}: {value:g} is out of range")
             return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{key}: expected a number, got {shown(key, value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > MAX_INT:
+                raise ConfigError(f"{key}: {value} is out of range (at most {MAX_INT})")
             return value
-        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+        raise ConfigError(f"{key}: expected a whole number, got {shown(key, value)}")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{key}: expected text, got {value!r}")
+        raise ConfigError(f"{key}: expected text, got {shown(key, value)}")
     return value
 
 

@@ -13,12 +13,12 @@ import re
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
+from itertools import combinations
 from pathlib import Path
-
-import yaml
 
 from harness import rollout_math
 from harness.errors import RollcheckError
+from harness.yamlsafe import YamlInputError, load_documents
 
 SEVERITIES = ("info", "warning", "error")
 DEFAULT_ENGINE_IMAGES = [r"vllm", r"sglang", r"text-generation-inference", r"rollcheck[/-]sim"]
@@ -139,12 +139,17 @@ class Manifest:
         return str(self.obj.get("kind", ""))
 
     @property
+    def metadata(self) -> dict:
+        meta = self.obj.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
     def name(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("name", "?"))
+        return str(self.metadata.get("name", "?"))
 
     @property
     def namespace(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("namespace") or "default")
+        return str(self.metadata.get("namespace") or "default")
 
     @property
     def ref(self) -> str:
@@ -179,48 +184,72 @@ class LintOptions:
 
 
 # --- input -----------------------------------------------------------------------
-def load_manifests(paths: list[str]) -> list[Manifest]:
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest file of many objects is a few hundred kB
+MAX_MANIFEST_NODES = 2_000_000  # values in one document, aliases expanded
+
+
+def load_manifests(paths: list[str], warn=None) -> list[Manifest]:
+    """The objects in the files and folders given; a folder's entries that are not regular
+    files (FIFOs, sockets, devices, links to them) are skipped with one line to `warn`."""
+    warn = warn or (lambda line: print(f"rollcheck lint: {line}", file=sys.stderr))
     out: list[Manifest] = []
     for p in paths:
         if p == "-":
-            out += parse_documents(sys.stdin.read(), "<stdin>")
+            out += parse_documents(sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1), "<stdin>")
             continue
         path = Path(p)
         if path.is_dir():
-            files = sorted(f for f in path.rglob("*") if f.suffix in (".yaml", ".yml"))
-        elif path.exists():
+            files = []
+            for f in sorted(path.rglob("*")):
+                if f.suffix not in (".yaml", ".yml"):
+                    continue
+                if f.is_file():
+                    files.append(f)
+                elif not f.is_dir():
+                    warn(f"skipped {f}: not a regular file")
+        elif path.is_file():
             files = [path]
+        elif path.exists():
+            raise LintInputError(f"{p}: not a regular file or a folder; give YAML files")
         else:
             raise LintInputError(f"{p}: no such file or folder")
         for f in files:
-            out += parse_documents(f.read_text(), str(f))
+            size = f.stat().st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise LintInputError(
+                    f"{f}: {size} bytes, over the {MAX_MANIFEST_BYTES} lint reads in one file; "
+                    "split it"
+                )
+            try:
+                data = f.read_bytes()
+            except OSError as exc:
+                raise LintInputError(f"{f}: cannot read it ({exc.strerror})") from None
+            out += parse_documents(data, str(f))
     return out
 
 
-def parse_documents(text: str, name: str) -> list[Manifest]:
+def parse_documents(text: str | bytes, name: str) -> list[Manifest]:
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise LintInputError(f"{name}: over the {MAX_MANIFEST_BYTES} bytes lint reads in one file")
     out = []
-    starts = [0] + [m.start() + 1 for m in re.finditer(r"^---", text, re.M)]
     try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        doc = 1 + (
-            sum(1 for s in starts[1:] if mark and text[:s].count("\n") <= mark.line) if mark else 0
-        )
-        raise LintInputError(
-            f"{name}: document {doc}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from None
-    for i, obj in enumerate(docs, 1):
-        if obj is None:
-            continue
-        if not isinstance(obj, dict):
-            raise LintInputError(f"{name}: document {i}: not a Kubernetes object (a mapping)")
-        line = text[: starts[i - 1]].count("\n") + 1 if i - 1 < len(starts) else 1
-        if obj.get("kind") == "List":
-            out += [Manifest(item, name, i, line) for item in obj.get("items") or []]
-        else:
-            out.append(Manifest(obj, name, i, line))
+        for i, (line, obj) in enumerate(
+            load_documents(text, name, MAX_MANIFEST_NODES, numbered=True), 1
+        ):
+            if not isinstance(obj, dict):
+                raise LintInputError(f"{name}: document {i}: not a Kubernetes object (a mapping)")
+            if obj.get("kind") == "List":
+                items = obj.get("items") or []
+                if not isinstance(items, list):
+                    raise LintInputError(f"{name}: document {i}: items is not a list")
+                for item in items:
+                    if not isinstance(item, dict):
+                        raise LintInputError(f"{name}: document {i}: an item is not an object")
+                    out.append(Manifest(item, name, i, line))
+            else:
+                out.append(Manifest(obj, name, i, line))
+    except YamlInputError as exc:
+        raise LintInputError(str(exc)) from None
     return out
 
 
@@ -241,10 +270,31 @@ def _validate(m: Manifest) -> None:
     unknown = set(pod) - POD_SPEC
     if unknown:
         raise LintInputError(f"{where}: unknown field spec.template.spec.{sorted(unknown)[0]}")
+    replicas = spec.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise LintInputError(f"{where}: spec.replicas must be a whole number, not {replicas!r}")
+    grace = pod.get("terminationGracePeriodSeconds", 0)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+        raise LintInputError(
+            f"{where}: spec.template.spec.terminationGracePeriodSeconds must be a number, "
+            f"not {grace!r}"
+        )
     containers = pod.get("containers")
     if not isinstance(containers, list) or not containers:
         raise LintInputError(f"{where}: has no containers (spec.template.spec.containers)")
     for i, c in enumerate(containers):
+        cwhere = f"{where}: spec.template.spec.containers[{i}]"
+        if not isinstance(c, dict):
+            raise LintInputError(f"{cwhere} is not an object")
+        for key in ("command", "args"):
+            value = c.get(key)
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
+            ):
+                raise LintInputError(
+                    f"{cwhere}.{key} must be a list of strings, not {type(value).__name__} "
+                    f'{str(value)[:40]!r} (e.g. {key}: ["vllm", "serve"])'
+                )
         unknown = set(c) - CONTAINER
         if unknown:
             raise LintInputError(
@@ -411,23 +461,83 @@ def _targets(obj: dict, deployment: Manifest) -> bool:
     return ref.get("name") == deployment.name and ref.get("kind", "Deployment") == "Deployment"
 
 
+class _Index:
+    """The objects a Deployment's rules look up, found by what they are looked up by, so
+    lint's time grows with the number of objects, not with its square."""
+
+    def __init__(self, manifests: list[Manifest]):
+        self.selectors: dict[tuple[str, str], dict[frozenset, list]] = {}
+        self.targets: dict[tuple[str, str, object], list] = {}
+        self.ingresses: dict[tuple[str, str], list] = {}
+        for pos, m in enumerate(manifests):
+            spec = m.obj.get("spec")
+            spec = spec if isinstance(spec, dict) else {}
+            ns, kind = m.namespace, m.kind
+            if kind in ("PodDisruptionBudget", "Service"):
+                sel = spec.get("selector")
+                match = (sel or {}).get("matchLabels") or sel or {} if isinstance(sel, dict) else {}
+                if match and isinstance(match, dict):
+                    key = frozenset((k, v) for k, v in match.items() if isinstance(v, str))
+                    self.selectors.setdefault((ns, kind), {}).setdefault(key, []).append((pos, m))
+            elif kind in ("HorizontalPodAutoscaler", "ScaledObject"):
+                ref = spec.get("scaleTargetRef")
+                name = ref.get("name") if isinstance(ref, dict) else None
+                if isinstance(name, str):
+                    self.targets.setdefault((ns, kind, name), []).append((pos, m))
+            elif kind == "Ingress" and _is_ingress_nginx(m):
+                for svc in _ingress_services(m):
+                    self.ingresses.setdefault((ns, svc), []).append((pos, m))
+
+    def selecting(self, ns: str, kind: str, labels: dict) -> list[Manifest]:
+        """The kind's objects in ns whose selector matches these pod labels, in file order."""
+        table = self.selectors.get((ns, kind)) or {}
+        items = sorted((k, v) for k, v in labels.items() if isinstance(v, str))
+        if len(items) > 12 or len(table) < 2 ** len(items):
+            keys = [k for k in table if k <= set(items)]
+        else:  # every subset of the pod's labels is a selector that would match
+            keys = [frozenset(c) for r in range(len(items) + 1) for c in combinations(items, r)]
+        found = [x for k in keys for x in table.get(k, ())]
+        return [m for _, m in sorted(found, key=lambda x: x[0])]
+
+    def targeting(self, ns: str, kind: str, name: str) -> list[Manifest]:
+        return [m for _, m in self.targets.get((ns, kind, name), ())]
+
+    def ingresses_of(self, ns: str, services: set[str]) -> list[Manifest]:
+        found = {pos: m for s in services for pos, m in self.ingresses.get((ns, s), ())}
+        return [found[pos] for pos in sorted(found)]
+
+
 # --- the rules ---------------------------------------------------------------------
 def lint(manifests: list[Manifest], opts: LintOptions | None = None) -> list[Finding]:
     opts = opts or LintOptions()
     findings: list[Finding] = []
-    deployments = [m for m in manifests if m.kind == "Deployment"]
-    for d in deployments:
+    try:
+        index = _Index(manifests)  # each Deployment's neighbours, found once
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise LintInputError(
+            f"a PDB, Service, autoscaler or Ingress with a field of a type Kubernetes does not "
+            f"accept ({type(exc).__name__}: {str(exc)[:80]})"
+        ) from None
+    for d in (m for m in manifests if m.kind == "Deployment"):
         _validate(d)
-        found = engine_container(d, opts)
-        if found is None:
-            continue
-        idx, c = found
-        findings += _lint_deployment(d, idx, c, manifests, opts)
+        try:
+            found = engine_container(d, opts)
+            if found is None:
+                continue
+            idx, c = found
+            findings += _lint_deployment(d, idx, c, index, opts)
+        except (TypeError, AttributeError, ValueError, KeyError) as exc:
+            if isinstance(exc, LintInputError):
+                raise
+            raise LintInputError(
+                f"{d.file}: document {d.doc} ({d.ref}) or an object beside it: a field of a "
+                f"type Kubernetes does not accept ({type(exc).__name__}: {str(exc)[:80]})"
+            ) from None
     return findings
 
 
 def _lint_deployment(
-    d: Manifest, idx: int, c: dict, manifests: list[Manifest], opts: LintOptions
+    d: Manifest, idx: int, c: dict, index: _Index, opts: LintOptions
 ) -> list[Finding]:
     out: list[Finding] = []
     cpath = f"spec.template.spec.containers[{idx}]"
@@ -559,9 +669,9 @@ def _lint_deployment(
     labels = (((d.obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
         "labels"
     ) or {}
-    same_ns = [m for m in manifests if m.namespace == d.namespace]
+    ns = d.namespace
     surge, unavailable = _strategy(d)
-    for pdb in (m for m in same_ns if m.kind == "PodDisruptionBudget"):
+    for pdb in index.selecting(ns, "PodDisruptionBudget", labels):
         spec = pdb.obj.get("spec") or {}
         if not _selects(spec.get("selector"), labels):
             continue
@@ -608,7 +718,8 @@ def _lint_deployment(
                     pdb.line,
                 )
             )
-    for hpa in (m for m in same_ns if m.kind == "HorizontalPodAutoscaler" and _targets(m.obj, d)):
+    hpas = index.targeting(ns, "HorizontalPodAutoscaler", d.name)
+    for hpa in (m for m in hpas if _targets(m.obj, d)):
         text = json.dumps(hpa.obj.get("spec") or {})
         if GPU_UTIL.search(text):
             out.append(
@@ -643,7 +754,8 @@ def _lint_deployment(
                     hpa.line,
                 )
             )
-    for so in (m for m in same_ns if m.kind == "ScaledObject" and _targets(m.obj, d)):
+    scaled = index.targeting(ns, "ScaledObject", d.name)
+    for so in (m for m in scaled if _targets(m.obj, d)):
         spec = so.obj.get("spec") or {}
         text = json.dumps(spec.get("triggers") or [])
         if GPU_UTIL.search(text):
@@ -689,12 +801,8 @@ def _lint_deployment(
                     so.line,
                 )
             )
-    services = {
-        m.name
-        for m in same_ns
-        if m.kind == "Service" and _selects((m.obj.get("spec") or {}).get("selector"), labels)
-    }
-    for ing in (m for m in same_ns if m.kind == "Ingress" and _is_ingress_nginx(m)):
+    services = {m.name for m in index.selecting(ns, "Service", labels)}
+    for ing in index.ingresses_of(ns, services):
         if not _ingress_services(ing) & services:
             continue
         key = NGINX_ANNOTATION + "proxy-read-timeout"

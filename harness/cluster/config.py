@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import rollout_math
-from harness.config import ConfigError, apply_sets, build, load_yaml
+from harness.config import ConfigError, apply_sets, build, is_secret, load_yaml
 from harness.engines.startup import STALL_S
 from harness.sim.settings import SimSettings
 from loadgen.settings import LoadSettings
@@ -339,7 +339,8 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
     if path is None and DEFAULT_CONFIG.exists():
         path = DEFAULT_CONFIG
     data = load_yaml(path) if path is not None else {}
-    kind = (apply_sets(data, sets or []).get("engine") or {}).get("kind")
+    engine = apply_sets(data, sets or []).get("engine") or {}
+    kind = engine.get("kind") if isinstance(engine, dict) else None  # build() names the error
     if kind == "vllm":
         data = _merged(data, REAL_ENGINE_DEFAULTS)
     data = apply_sets(data, sets or [])
@@ -347,6 +348,8 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
         return build(RunConfig, data)
     except ConfigError as exc:
         culprit = _culprit(str(exc), sets or [])
+        if culprit and is_secret(culprit.split("=", 1)[0]):
+            culprit = culprit.split("=", 1)[0] + "=<hidden>"  # a secret is never echoed
         where = f"--set {culprit}" if culprit else str(path) if path else "config"
         raise ConfigError(f"{where}: {exc}") from None
 
