@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.errors import RollcheckError
+from harness.signals import Terminated, exit_code
 from harness.waits import hold
 
 
@@ -245,7 +246,6 @@ def _up(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=Path, default=None, help="default reports/up-<time>")
 
     def run(ns: argparse.Namespace) -> int:
-        import signal
 
         from harness.cluster import TargetError
         from harness.cluster.config import load_config
@@ -255,7 +255,6 @@ def _up(sub: argparse._SubParsersAction) -> None:
         cfg = load_config(ns.config, ns.set)
         run_dir = ns.run_dir or Path("reports") / time.strftime("up-%Y%m%d-%H%M%S")
         target = LocalTarget(cfg, run_dir)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
         try:
             target.start()
             target.wait_settled(cfg.replicas, timeout_s=120)
@@ -286,7 +285,7 @@ def _up(sub: argparse._SubParsersAction) -> None:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: pods and gateway", flush=True)
-            return 143 if type(exc).__name__ == "Terminated" else 0
+            return exit_code(exc) if isinstance(exc, Terminated) else 0
         finally:
             target.close()
 
@@ -627,13 +626,11 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
     )
 
     def run(ns: argparse.Namespace) -> int:
-        import signal
 
         from harness.cluster.kubelocal import ControlPlaneError, KubeLocal
 
         run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
         kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
         try:
             kl.start()
             for path in ns.apply:
@@ -648,7 +645,8 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         except ControlPlaneError as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
-            return 143 if type(exc).__name__ == "Terminated" else 0
+            print("stopping: control plane and pods", flush=True)
+            return exit_code(exc) if isinstance(exc, Terminated) else 0
         finally:
             kl.stop()
 
@@ -690,7 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.signals import Terminated, handle_sigterm
+    from harness.signals import handle_sigterm
 
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -701,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rollcheck {ns.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        return 143 if isinstance(exc, Terminated) else 130
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.checks import check_accounting, check_all_complete, check_ttft_slo
 from harness.client import Cancel, chat_payload, make_client, stream_request
 from harness.files import check_destination, check_writable, write_atomic
+from harness.signals import Terminated
 from harness.streams import Outcome, StreamRecord, Thresholds, write_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.verdict import failed, inconclusive, passed, verdict
@@ -119,7 +120,7 @@ def run_probe(
     if stopped is None:
         checks.append(check_deadline(records, timeout_s, cut))
     else:
-        reason = f"stopped by {'SIGTERM' if type(stopped).__name__ == 'Terminated' else 'Ctrl-C'}"
+        reason = f"stopped by {stopped.args[0] if isinstance(stopped, Terminated) else 'Ctrl-C'}"
         checks.append(inconclusive("probe_finished", "every request sent and ended", reason))
     summary = {
         "scenario": "probe",

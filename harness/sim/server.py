@@ -52,7 +52,7 @@ async def serve(settings: SimSettings) -> None:
 
     app.engine.on_close_listener = close_listener
     stop_startup = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a closed terminal too
         loop.add_signal_handler(sig, lambda: (stop_startup.set(), app.engine.begin_shutdown()))
 
     if settings.startup_s > 0:
