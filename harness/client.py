@@ -191,16 +191,28 @@ def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cance
     def now() -> float:
         return time.monotonic() - t0
 
-    sock = None
+    socks: list = []
+    extensions = {}
+    if cancel is not None:
+
+        def trace(name: str, info: dict) -> None:
+            # the socket is known from its connect on: a cancel shuts it while the request
+            # waits for headers too (a server that accepts and never answers)
+            if name.endswith("connect_tcp.complete"):
+                sock = _socket_of_stream(info.get("return_value"))
+                if sock is not None:
+                    socks.append(sock)
+                    cancel.watch(sock)
+
+        extensions["trace"] = trace
     try:
         if cancel is not None and cancel.is_set():
             return obs.finish(End.CANCELLED, now(), "cancelled by the harness before it was sent")
-        with client.stream("POST", url, json=payload, headers=hdrs) as response:
+        with client.stream(
+            "POST", url, json=payload, headers=hdrs, extensions=extensions
+        ) as response:
             obs.headers(response.status_code, response.headers.get("content-type"), now())
             obs.upstream = response.headers.get(UPSTREAM_HEADER)
-            if cancel is not None:
-                sock = _socket_of(response)
-                cancel.watch(sock)
             if on_headers is not None:
                 on_headers()
             for chunk in response.iter_raw():
@@ -225,12 +237,11 @@ def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cance
             return obs.finish(End.CANCELLED, now(), "cancelled by the harness")
         return _failure(obs, now(), exc)
     finally:
-        if cancel is not None:
+        for sock in socks:
             cancel.forget(sock)
 
 
-def _socket_of(response: httpx.Response) -> socket.socket | None:
-    stream = response.extensions.get("network_stream")
+def _socket_of_stream(stream) -> socket.socket | None:
     try:
         return stream.get_extra_info("socket") if stream is not None else None
     except Exception:

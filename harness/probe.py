@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from harness.checks import check_accounting, check_all_complete, check_ttft_slo
-from harness.client import Cancel, chat_payload, make_client, stream_request
+from harness.client import Cancel, chat_payload, make_client, redact, secrets_of, stream_request
 from harness.files import check_destination, check_writable, write_atomic
 from harness.signals import Terminated
-from harness.streams import Outcome, StreamRecord, Thresholds, write_jsonl
+from harness.streams import End, Outcome, StreamObserver, StreamRecord, Thresholds, write_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.verdict import failed, inconclusive, passed, verdict
 
@@ -71,9 +71,17 @@ def run_probe(
     todo = iter(range(requests))
     sent = 0
 
+    open_streams: dict[str, StreamObserver] = {}  # sent, not yet recorded
+    closed = False  # the records are final: a late one is not added
+
+    def started(obs: StreamObserver) -> None:
+        with lock:
+            open_streams[obs.request_id] = obs
+
     def keep(record: StreamRecord) -> None:
         with lock:
-            records.append(record)
+            if open_streams.pop(record.request_id, None) is not None and not closed:
+                records.append(record)
 
     def worker() -> None:
         nonlocal sent
@@ -85,7 +93,14 @@ def run_probe(
                 sent += 1
             payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
             stream_request(
-                client, url, payload, thresholds, headers=headers, on_record=keep, cancel=cancel
+                client,
+                url,
+                payload,
+                thresholds,
+                headers=headers,
+                on_record=keep,
+                on_start=started,
+                cancel=cancel,
             )
 
     stopped: BaseException | None = None
@@ -109,6 +124,12 @@ def run_probe(
             for t in threads:
                 t.join(max(0.0, end - time.monotonic()))
         with lock:
+            closed = True
+            for obs in open_streams.values():  # a thread that did not return in time
+                t = time.time() - obs.sent_at
+                record = obs.finish(End.CANCELLED, t, "cancelled by the harness")
+                records.append(redact(record, secrets_of(headers)))
+            open_streams.clear()
             records = sorted(records, key=lambda r: r.sent_at)
             sent_total = sent
     outcomes = count_outcomes(records)

@@ -3,6 +3,7 @@ client (issue 27). Raw sockets, so every byte and every framing mistake is exact
 
   /forever        tokens every 20 ms, never an end
   /silent         headers, then nothing
+  /mute           not even headers: the request is read and never answered
   /no-newline     `data: ` then bytes without a line end, 64 KiB at a time, never an end
   /huge-event     one 50 MB event, then a normal end
   /bad-finish     "finish_reason": ["stop"]
@@ -88,6 +89,9 @@ class Handler(socketserver.BaseRequestHandler):
 
     def case_silent(self, sock, headers):
         sock.sendall(HEAD + b"\r\n")
+        self.server.closing.wait(120)
+
+    def case_mute(self, sock, headers):
         self.server.closing.wait(120)
 
     def case_no_newline(self, sock, headers):

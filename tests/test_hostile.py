@@ -117,11 +117,13 @@ def test_redact_reaches_every_text_of_a_record():
     assert "SECRETKEY" not in out.to_json()
 
 
-def test_cancel_ends_a_silent_stream_at_once_as_cancelled(hostile):
+@pytest.mark.parametrize("case", ["silent", "mute"])
+def test_cancel_ends_a_silent_stream_at_once_as_cancelled(hostile, case):
+    """After its headers, or before them (a server that never answers)."""
     cancel = Cancel()
     got = []
     t = threading.Thread(
-        target=lambda: got.append(fetch(hostile, "silent", Thresholds(60), cancel=cancel))
+        target=lambda: got.append(fetch(hostile, case, Thresholds(60), cancel=cancel))
     )
     t.start()
     time.sleep(0.5)

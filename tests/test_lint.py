@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.lint import LintInputError, LintOptions, lint, parse_documents
 
@@ -285,3 +287,102 @@ def test_new_rules_refuse_bad_values_in_one_line(tmp_path, change, message):
     r = run_cli(str(f))
     assert r.returncode == 2 and message in r.stderr and str(f) in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# --- hostile manifests (issue 27): one line each, never a traceback or a hang -------------
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda o: container(o).update(command="vllm serve m"),
+            "command must be a list of strings",
+        ),
+        (lambda o: o[0]["spec"].update(replicas="two"), "spec.replicas must be a whole number"),
+        (
+            lambda o: o[0]["spec"]["template"]["spec"].update(containers=["vllm"]),
+            "is not an object",
+        ),
+        (
+            lambda o: o[0]["spec"]["template"]["spec"].update(terminationGracePeriodSeconds="1h"),
+            "terminationGracePeriodSeconds must be a number",
+        ),
+    ],
+)
+@pytest.mark.unit
+def test_fields_of_the_wrong_type_are_one_line(change, message):
+    with pytest.raises(LintInputError, match=message):
+        rules_of(mutate(change))
+
+
+@pytest.mark.unit
+def test_an_alias_bomb_non_utf8_and_huge_files_are_one_line(tmp_path, monkeypatch):
+    import harness.lint as lint_mod
+    from harness.lint import load_manifests
+
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    (tmp_path / "bomb.yaml").write_text("kind: ConfigMap\n" + bomb)
+    with pytest.raises(LintInputError, match="alias bomb"):
+        load_manifests([str(tmp_path / "bomb.yaml")])
+    (tmp_path / "latin1.yaml").write_bytes("kind: Deployment # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(LintInputError, match="not UTF-8"):
+        load_manifests([str(tmp_path / "latin1.yaml")])
+    monkeypatch.setattr(lint_mod, "MAX_MANIFEST_BYTES", 1000)
+    (tmp_path / "big.yaml").write_text("# pad\n" * 500)
+    with pytest.raises(LintInputError, match="over the 1000 lint reads in one file"):
+        load_manifests([str(tmp_path / "big.yaml")])
+
+
+@pytest.mark.unit
+def test_a_fifo_in_a_folder_is_skipped_with_one_line(tmp_path):
+    import os
+
+    from harness.lint import load_manifests
+
+    (tmp_path / "ok.yaml").write_text(GOOD)
+    os.mkfifo(tmp_path / "pipe.yaml")  # opening it would wait for a writer forever
+    said = []
+    manifests = load_manifests([str(tmp_path)], warn=said.append)
+    assert said == [f"skipped {tmp_path / 'pipe.yaml'}: not a regular file"]
+    assert {m.kind for m in manifests} >= {"Deployment"}
+    with pytest.raises(LintInputError, match="not a regular file or a folder"):
+        load_manifests([str(tmp_path / "pipe.yaml")])
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+ALL_PATHS = [p for i, d in enumerate(docs()) for p in _paths(d, (i,)) if len(p) > 1]
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+@given(where=st.sampled_from(ALL_PATHS), value=JSON)
+@pytest.mark.unit
+def test_any_field_set_to_any_value_lints_or_is_one_line(where, value):
+    objs = copy.deepcopy(docs())
+    node = objs
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    try:
+        lint(parse_documents(yaml.safe_dump_all(objs), "m.yaml"))
+    except LintInputError as exc:
+        assert "\n" not in str(exc)
