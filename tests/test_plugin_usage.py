@@ -75,3 +75,11 @@ def test_dry_run_walks_the_scenario_and_touches_nothing(tmp_path):
     touched = {"evicted", "terminating", "sigterm", "sigkill", "pod_removed"}
     assert not [e for e in events if e["kind"] in touched and e["t"] <= walked]
     assert not (run / "records.jsonl").exists()  # no load
+
+
+def test_reports_dir_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "reports").write_text("")
+    r = pytest_run("scenarios", "-k", "drain and pod", "--reports-dir", str(tmp_path / "reports"))
+    assert r.returncode == 4, r.stdout[-1000:]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "is a file, not a folder" in line and "INTERNALERROR" not in r.stdout + r.stderr

@@ -493,3 +493,96 @@ def test_chromium_draws_the_comparison_and_history_without_console_errors(tmp_pa
         seen = browser_check(page, png, "-")
         assert seen["errors"] == [] and seen["links"] >= 2 and seen["tables"] >= 1
         assert png.stat().st_size > 5000
+
+
+@pytest.mark.unit
+def test_a_corrupt_summary_is_listed_not_the_end_of_the_history_or_index(tmp_path):
+    """A truncated summary.json kept by --keep-sessions made every later session end in a
+    traceback at the history step."""
+    from harness.pytest_plugin import verdict_lines
+    from harness.report.compare import write_history
+
+    good = tmp_path / "20261102-020000-local"
+    make_run(good / "a", 20, 0, "pass")
+    bad = tmp_path / "20261101-020000-local"
+    make_run(bad / "a", 20, 0, "pass")
+    (bad / "a" / "summary.json").write_text('{"verdict": "pa')
+    make_run(bad / "b", 20, 0, "pass")
+    (bad / "b" / "summary.json").write_text("[]")
+    page, table = write_history(tmp_path)
+    text = page.read_text()
+    assert "Runs passed over (2)" in text and "not readable JSON" in text
+    assert "holds a JSON list" in text
+    index = write_index(bad).read_text()
+    assert "Runs passed over (2)" in index and "INCONCLUSIVE" in index
+    assert any("not readable JSON" in line for line in verdict_lines(bad))
+
+
+MARKUP = "<b class=pwn id=pwn onmouseover=x>pwn</b><img src=x onerror='window.__pwned=1'>'\"><script>window.__pwned=1</script>"
+
+
+def _plant(value):
+    """Markup in every text of a summary, and in the keys and numbers of its counts (the
+    outcome and flag tables): a hand-edited summary may hold anything there."""
+    if isinstance(value, dict):
+        counts = value and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value.values()
+        )
+        if counts:
+            return {k + MARKUP: MARKUP for k in value}
+        return {k: _plant(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plant(v) for v in value]
+    if isinstance(value, str):
+        return value + MARKUP
+    return value
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="chromium is not installed (scripts/run test installs it as root)",
+)
+def test_markup_in_every_field_stays_text_in_chromium(tmp_path):
+    """Records, events and summaries crafted with markup in every field, a run folder named
+    with a quote and a session named javascript:...: Chromium's DOM holds none of it live."""
+    session = tmp_path / "javascript:window.__pwned=1;"
+    folder = make_run(session / "x' onmouseover='window.__pwned=1", 40, 4, "fail")
+    summary = json.loads((folder / "summary.json").read_text())
+    planted = _plant(summary)
+    planted["verdict"] = "fail"
+    (folder / "summary.json").write_text(json.dumps(planted))
+    records = [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
+    for r in records:
+        for key in (
+            "request_id",
+            "pod",
+            "version",
+            "error",
+            "model",
+            "finish_reason",
+            "content_type",
+        ):
+            r[key] = str(r.get(key)) + MARKUP
+        r["tags"] = {MARKUP: MARKUP}
+        r["gateway"] = {"status": MARKUP, "errors": [MARKUP]}
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
+    for e in events:
+        e["pod"], e["node"], e["version"] = (
+            str(e.get(k)) + MARKUP for k in ("pod", "node", "version")
+        )
+        e["detail"] = {MARKUP: MARKUP, "action": MARKUP}
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    make_run(session / "y' onmouseover='window.__pwned=1", 10, 0, "pass")  # counts intact
+    pages = [write_report(folder), write_index(session)]
+    from harness.report.compare import write_history
+
+    pages.append(write_history(tmp_path)[0])
+    for page in pages:
+        seen = browser_check(page, tmp_path / "shot.png", "?")
+        assert seen["planted"] == 0 and seen["scripts"] == 0 and not seen["pwned"], (page, seen)
+        assert seen["js_links"] == 0, (page, seen)
+    index = pages[1].read_text()
+    assert "Runs passed over (1)" in index  # the planted counts cannot be summed: listed
+    assert browser_check(pages[1], tmp_path / "shot.png", "?")["links"] == 1  # the clean run
