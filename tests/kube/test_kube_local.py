@@ -183,3 +183,31 @@ def _running(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_local):
+    """`rollcheck kube-local` installed its own handler over harness.signals and exited 0;
+    now SIGTERM stops the control plane and its pods, then exits 143, nothing listening."""
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "kube-local", "--nodes", "1",
+         "--run-dir", str(tmp_path / "kl")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    line, seen = "", []
+    deadline = time.monotonic() + 120
+    while "Ctrl-C stops" not in line and time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        seen.append(line)
+    config = next(x for x in seen if x.startswith("kubeconfig:")).split(":", 1)[1].strip()
+    port = int(re.search(r"server: https://127\.0\.0\.1:(\d+)", Path(config).read_text()).group(1))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "the API server still listens"
