@@ -143,16 +143,30 @@ def _load_thresholds(slo):
     slo = {} if slo is None else slo
     if not isinstance(slo, dict):
         raise UsageError(f"slo: must be a mapping such as {{ttft_s: 1.5}}, not {slo!r}")
-    known = ("stall_timeout_s", "ttft_s", "itl_s")
+    known = ("stall_timeout_s", "ttft_s", "itl_s", "max_event_bytes")
     unknown = sorted(set(slo) - set(known))
     if unknown:
         raise UsageError(f"unknown setting 'slo.{unknown[0]}'; known here: {', '.join(known)}")
     for key, value in slo.items():
+        if key == "max_event_bytes":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 1024 <= value <= 1 << 30
+            ):
+                raise UsageError(f"slo.max_event_bytes must be 1024 to {1 << 30}, not {value!r}")
+            continue
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
         ):
             raise UsageError(f"slo.{key} must be a positive number of seconds, not {value!r}")
-    return Thresholds(float(slo.get("stall_timeout_s") or 30), slo.get("ttft_s"), slo.get("itl_s"))
+    th = Thresholds(float(slo.get("stall_timeout_s") or 30), slo.get("ttft_s"), slo.get("itl_s"))
+    if slo.get("max_event_bytes"):
+        th = dataclasses.replace(th, max_event_bytes=slo["max_event_bytes"])
+    return th
 
 
 def _load(sub: argparse._SubParsersAction) -> None:

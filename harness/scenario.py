@@ -71,7 +71,7 @@ class Scenario:
     @property
     def thresholds(self) -> Thresholds:
         slo = self.cfg.slo
-        return Thresholds(slo.stall_timeout_s, slo.ttft_s, slo.itl_s)
+        return Thresholds(slo.stall_timeout_s, slo.ttft_s, slo.itl_s, slo.max_event_bytes)
 
     # --- steady state --------------------------------------------------------------
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:

@@ -170,6 +170,9 @@ class Slo:
     ttft_s: float = 2.0
     itl_s: float | None = None
     stall_timeout_s: float = 10.0  # no data event for this long: the stream is hung
+    # an SSE event or line over this makes the stream not_sse ("event over N bytes"),
+    # unkept: memory per stream stays bounded whatever a server sends
+    max_event_bytes: int = 1 << 20
     ttft_budget: PhaseBudget = field(default_factory=PhaseBudget)
     itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
     # measure an engine before the session's first scenario and judge TTFT by what this
@@ -184,6 +187,10 @@ class Slo:
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"{key}: an SLO must be above zero, got {value}")
+        if not 1024 <= self.max_event_bytes <= 1 << 30:
+            raise ValueError(
+                f"max_event_bytes must be 1024 to {1 << 30}, not {self.max_event_bytes}"
+            )
 
 
 @dataclass
