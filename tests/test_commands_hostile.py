@@ -170,3 +170,16 @@ def test_sim_drains_and_exits_at_sighup(sim_factory):
     sim.signal(signal.SIGHUP)
     assert sim.exited_within(15)
     assert not _listening(sim.settings.port)
+
+
+def test_load_against_a_server_of_wrong_types_keeps_a_record_per_request(hostile, tmp_path):
+    """One malformed finish_reason lost every record ("sent 434, records 0")."""
+    out = tmp_path / "l"
+    r = rollcheck("load", hostile.url + "/bad-finish", "--duration", "2",
+                  "--set", "load.users=2", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sent = int(re.search(r"(\d+) requests:", r.stdout).group(1))
+    records = records_of(out)
+    assert sent == len(records) > 0
+    assert {x["outcome"] for x in records} == {"not_sse"}
+    assert all("finish_reason is list" in x["error"] for x in records)
