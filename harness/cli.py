@@ -710,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return ns.func(ns)
     except (RollcheckError, ConfigError) as exc:  # every user error: one line, exit 2
-        print(f"rollcheck {ns.command}: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).splitlines())  # a name from the input may hold a line break
+        print(f"rollcheck {ns.command}: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         return exit_code(exc)

@@ -153,7 +153,7 @@ class Manifest:
 
     @property
     def ref(self) -> str:
-        return f"{self.kind}/{self.name}"
+        return f"{_printable(self.kind)}/{_printable(self.name)}"
 
 
 @dataclass
@@ -255,7 +255,28 @@ def parse_documents(text: str | bytes, name: str) -> list[Manifest]:
 
 # --- helpers ---------------------------------------------------------------------
 def _pod_spec(m: Manifest) -> dict:
-    return ((m.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    """spec.template.spec, or {} where a level is missing or not a mapping (_validate
+    names the wrong one)."""
+    node = m.obj
+    for key in ("spec", "template", "spec"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _printable(text: str) -> str:
+    return text if text.isprintable() else repr(text)
+
+
+def _first(keys: set) -> str:
+    """The first of some field names, fit for a one-line message (a name with a line break
+    or of another type is shown quoted)."""
+    name = sorted(keys, key=str)[0]
+    text = str(name)
+    return (
+        text
+        if isinstance(name, str) and text.isprintable() and text.strip() == text
+        else repr(name)
+    )
 
 
 def _validate(m: Manifest) -> None:
@@ -265,11 +286,21 @@ def _validate(m: Manifest) -> None:
         raise LintInputError(f"{where}: has no spec")
     unknown = set(spec) - DEPLOYMENT_SPEC
     if unknown:
-        raise LintInputError(f"{where}: unknown field spec.{sorted(unknown)[0]}")
+        raise LintInputError(f"{where}: unknown field spec.{_first(unknown)}")
+    template = spec.get("template")
+    for path, value in (
+        ("spec.template", template),
+        (
+            "spec.template.spec",
+            (template or {}).get("spec") if isinstance(template, dict) else None,
+        ),
+    ):
+        if value is not None and not isinstance(value, dict):
+            raise LintInputError(f"{where}: {path} must be a mapping, not {type(value).__name__}")
     pod = _pod_spec(m)
     unknown = set(pod) - POD_SPEC
     if unknown:
-        raise LintInputError(f"{where}: unknown field spec.template.spec.{sorted(unknown)[0]}")
+        raise LintInputError(f"{where}: unknown field spec.template.spec.{_first(unknown)}")
     replicas = spec.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise LintInputError(f"{where}: spec.replicas must be a whole number, not {replicas!r}")
@@ -298,7 +329,7 @@ def _validate(m: Manifest) -> None:
         unknown = set(c) - CONTAINER
         if unknown:
             raise LintInputError(
-                f"{where}: unknown field spec.template.spec.containers[{i}].{sorted(unknown)[0]}"
+                f"{where}: unknown field spec.template.spec.containers[{i}].{_first(unknown)}"
             )
     for key, value in _numbers(m.obj):
         if value < 0:
@@ -519,8 +550,8 @@ def lint(manifests: list[Manifest], opts: LintOptions | None = None) -> list[Fin
             f"accept ({type(exc).__name__}: {str(exc)[:80]})"
         ) from None
     for d in (m for m in manifests if m.kind == "Deployment"):
-        _validate(d)
         try:
+            _validate(d)
             found = engine_container(d, opts)
             if found is None:
                 continue

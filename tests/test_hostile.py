@@ -239,7 +239,11 @@ yaml_text = st.text(alphabet=st.sampled_from(list("ab: -[]{}&*,\n'\"!|>#%@`0.\t"
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=None,
+    derandomize=True,  # the same examples on every run: CI runs what was run here
 )
 @given(text=yaml_text, sets=st.lists(st.text(max_size=30), max_size=3))
 def test_any_config_text_and_sets_give_a_config_or_one_config_error(tmp_path_factory, text, sets):
