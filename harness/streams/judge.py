@@ -278,9 +278,10 @@ class StreamObserver:
         return Outcome.TRUNCATED
 
 
-_TEXT = (str, type(None))
+_TEXT = ((str, type(None)), "text")
+_OBJECT = ((dict, type(None)), "an object")
 _CHUNK_FIELDS = {"id": _TEXT, "model": _TEXT, "system_fingerprint": _TEXT}
-_CHOICE_FIELDS = {"finish_reason": _TEXT, "text": _TEXT, "delta": (dict, type(None))}
+_CHOICE_FIELDS = {"finish_reason": _TEXT, "text": _TEXT, "delta": _OBJECT}
 _DELTA_FIELDS = {"content": _TEXT, "reasoning": _TEXT, "reasoning_content": _TEXT, "role": _TEXT}
 
 
@@ -288,9 +289,9 @@ def _wrong_type(obj: dict) -> str | None:
     """The first field of a chunk whose type no OpenAI-compatible server sends, named."""
 
     def check(d: dict, fields: dict, where: str) -> str | None:
-        for key, types in fields.items():
+        for key, (types, expected) in fields.items():
             if key in d and not isinstance(d[key], types):
-                return f"{where}{key} is {type(d[key]).__name__}, not text"
+                return f"{where}{key} is {type(d[key]).__name__}, not {expected}"
         return None
 
     problem = check(obj, _CHUNK_FIELDS, "")
@@ -309,16 +310,13 @@ def _wrong_type(obj: dict) -> str | None:
     for i, choice in enumerate(choices or []):
         if not isinstance(choice, dict):
             return f"choices[{i}] is {type(choice).__name__}, not an object"
-        problem = check(choice, _CHOICE_FIELDS, f"choices[{i}].")
+        problem = check(choice, _CHOICE_FIELDS, f"choices[{i}].") or (
+            check(choice["delta"], _DELTA_FIELDS, f"choices[{i}].delta.")
+            if isinstance(choice.get("delta"), dict)
+            else None
+        )
         if problem:
-            return (
-                problem.replace(", not text", ", not an object") if "delta" in problem else problem
-            )
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            problem = check(delta, _DELTA_FIELDS, f"choices[{i}].delta.")
-            if problem:
-                return problem
+            return problem
     return None
 
 
