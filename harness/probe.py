@@ -71,8 +71,8 @@ def run_probe(
     todo = iter(range(requests))
     sent = 0
 
-    open_streams: dict[str, StreamObserver] = {}  # sent, not yet recorded
-    closed = False  # the records are final: a late one is not added
+    # sent, not yet recorded; emptied when the records are final, so a late one is dropped
+    open_streams: dict[str, StreamObserver] = {}
 
     def started(obs: StreamObserver) -> None:
         with lock:
@@ -80,7 +80,7 @@ def run_probe(
 
     def keep(record: StreamRecord) -> None:
         with lock:
-            if open_streams.pop(record.request_id, None) is not None and not closed:
+            if open_streams.pop(record.request_id, None) is not None:
                 records.append(record)
 
     def worker() -> None:
@@ -124,7 +124,6 @@ def run_probe(
             for t in threads:
                 t.join(max(0.0, end - time.monotonic()))
         with lock:
-            closed = True
             for obs in open_streams.values():  # a thread that did not return in time
                 t = time.time() - obs.sent_at
                 record = obs.finish(End.CANCELLED, t, "cancelled by the harness")
