@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import sys
@@ -99,6 +98,7 @@ def _probe(sub: argparse._SubParsersAction) -> None:
     def run(ns: argparse.Namespace) -> int:
         from harness.probe import format_table, run_probe
         from harness.streams import Thresholds
+        from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
 
         if not 1 <= ns.requests <= MAX_REQUESTS or not 1 <= ns.concurrency <= MAX_CONCURRENCY:
             raise UsageError(
@@ -112,12 +112,10 @@ def _probe(sub: argparse._SubParsersAction) -> None:
         if ns.max_tokens is not None and not 1 <= ns.max_tokens <= 10_000_000:
             raise UsageError(f"--max-tokens must be 1 to 10000000, not {ns.max_tokens}")
         events = ns.max_event_bytes
-        if events is not None and not 1024 <= events <= 1 << 30:
-            raise UsageError(f"--max-event-bytes must be 1024 to {1 << 30}, not {events}")
+        if events is not None and event_limit_problem(events):
+            raise UsageError(f"--max-event-bytes {event_limit_problem(events)}")
         out = ns.out or Path("reports") / time.strftime("probe-%Y%m%d-%H%M%S")
-        th = Thresholds(ns.stall_timeout, ns.ttft_slo, ns.itl_slo)
-        if events is not None:
-            th = dataclasses.replace(th, max_event_bytes=events)
+        th = Thresholds(ns.stall_timeout, ns.ttft_slo, ns.itl_slo, events or MAX_EVENT_BYTES)
         _, summary = run_probe(
             ns.url,
             ns.requests,
@@ -139,6 +137,7 @@ def _probe(sub: argparse._SubParsersAction) -> None:
 def _load_thresholds(slo):
     """The slo: section of `rollcheck load` (stall_timeout_s, ttft_s, itl_s), strictly."""
     from harness.streams import Thresholds
+    from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
 
     slo = {} if slo is None else slo
     if not isinstance(slo, dict):
@@ -149,12 +148,8 @@ def _load_thresholds(slo):
         raise UsageError(f"unknown setting 'slo.{unknown[0]}'; known here: {', '.join(known)}")
     for key, value in slo.items():
         if key == "max_event_bytes":
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not 1024 <= value <= 1 << 30
-            ):
-                raise UsageError(f"slo.max_event_bytes must be 1024 to {1 << 30}, not {value!r}")
+            if event_limit_problem(value):
+                raise UsageError(f"slo.max_event_bytes {event_limit_problem(value)}")
             continue
         if value is not None and (
             isinstance(value, bool)
@@ -163,10 +158,12 @@ def _load_thresholds(slo):
             or value <= 0
         ):
             raise UsageError(f"slo.{key} must be a positive number of seconds, not {value!r}")
-    th = Thresholds(float(slo.get("stall_timeout_s") or 30), slo.get("ttft_s"), slo.get("itl_s"))
-    if slo.get("max_event_bytes"):
-        th = dataclasses.replace(th, max_event_bytes=slo["max_event_bytes"])
-    return th
+    return Thresholds(
+        float(slo.get("stall_timeout_s") or 30),
+        slo.get("ttft_s"),
+        slo.get("itl_s"),
+        slo.get("max_event_bytes") or MAX_EVENT_BYTES,
+    )
 
 
 def _load(sub: argparse._SubParsersAction) -> None:

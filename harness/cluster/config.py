@@ -14,6 +14,7 @@ from harness import rollout_math
 from harness.config import ConfigError, apply_sets, build, is_secret, load_yaml
 from harness.engines.startup import STALL_S
 from harness.sim.settings import SimSettings
+from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
 from loadgen.settings import LoadSettings
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
@@ -172,7 +173,7 @@ class Slo:
     stall_timeout_s: float = 10.0  # no data event for this long: the stream is hung
     # an SSE event or line over this makes the stream not_sse ("event over N bytes"),
     # unkept: memory per stream stays bounded whatever a server sends
-    max_event_bytes: int = 1 << 20
+    max_event_bytes: int = MAX_EVENT_BYTES
     ttft_budget: PhaseBudget = field(default_factory=PhaseBudget)
     itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
     # measure an engine before the session's first scenario and judge TTFT by what this
@@ -187,10 +188,9 @@ class Slo:
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"{key}: an SLO must be above zero, got {value}")
-        if not 1024 <= self.max_event_bytes <= 1 << 30:
-            raise ValueError(
-                f"max_event_bytes must be 1024 to {1 << 30}, not {self.max_event_bytes}"
-            )
+        problem = event_limit_problem(self.max_event_bytes)
+        if problem:
+            raise ValueError(f"max_event_bytes {problem}")
 
 
 @dataclass

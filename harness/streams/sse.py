@@ -17,6 +17,15 @@ from dataclasses import dataclass
 
 _EOL = re.compile(rb"\r\n|\r|\n")
 MAX_EVENT_BYTES = 1 << 20  # far above any real chunk (a vLLM delta is well under 1 KiB)
+EVENT_LIMIT_RANGE = (1024, 1 << 30)  # what a user may set the limit to
+
+
+def event_limit_problem(value) -> str | None:
+    """Why `value` cannot be the event limit ("must be 1024 to ..."), or None."""
+    low, high = EVENT_LIMIT_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return f"must be {low} to {high}, not {value!r}"
+    return None
 
 
 class EventTooLarge(ValueError):
