@@ -343,7 +343,7 @@ def verdict_lines(session_dir: Path) -> list[str]:
     from harness.report.html import goodput_text
 
     lines = []
-    from harness.report.compare import ReportInputError, read_summary
+    from harness.report.html import ReportInputError, read_summary
 
     for path in sorted(session_dir.glob("*/summary.json")):
         try:

@@ -14,9 +14,17 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import RollcheckError
-from harness.files import BadInput, read_json, read_lines, write_atomic
-from harness.report.html import CSS, _e, _href, goodput_text, verdict_class
+from harness.files import BadInput, read_lines, write_atomic
+from harness.report.html import (
+    CSS,
+    ReportInputError,
+    _e,
+    _href,
+    goodput_text,
+    passed_over,
+    read_summary,
+    verdict_class,
+)
 from harness.verdict import PHASES
 
 # worse is higher: a verdict that moves right is a regression
@@ -49,10 +57,6 @@ svg.spark{background:none;border:none;vertical-align:middle}
 """
 
 
-class ReportInputError(RollcheckError):
-    """A folder that is not what a report page needs (one line, exit 2)."""
-
-
 @dataclass
 class Session:
     folder: Path
@@ -62,29 +66,6 @@ class Session:
     @property
     def name(self) -> str:
         return self.folder.name
-
-
-VERDICTS = ("pass", "fail", "inconclusive", "skipped", "n/a")
-
-
-def read_summary(path: Path) -> dict:
-    """A run's summary.json as the pages need it, or ReportInputError (one line)."""
-    try:
-        s = read_json(path)
-    except BadInput as exc:
-        raise ReportInputError(
-            f"{exc}; rerun `rollcheck report {path.parent}` or remove the run"
-        ) from None
-    if s.get("verdict") not in VERDICTS:
-        raise ReportInputError(
-            f"{path} is not a rollcheck summary (verdict {str(s.get('verdict'))[:40]!r})"
-        )
-    for key, kind in (("outcomes", dict), ("checks", list), ("goodput", dict), ("name", str)):
-        if s.get(key) is not None and not isinstance(s[key], kind):
-            raise ReportInputError(
-                f"{path}: {key} is a {type(s[key]).__name__}, not a {kind.__name__}"
-            )
-    return s
 
 
 def load_session(folder: Path, strict: bool = True) -> Session:
@@ -473,18 +454,10 @@ def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
         f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
         + "".join(rows)
         + "</table>"
-        + _unreadable(sessions)
+        + passed_over([line for s in sessions for line in s.unreadable])
         + "</body></html>"
     )
     return html, table
-
-
-def _unreadable(sessions: list[Session]) -> str:
-    lines = [line for s in sessions for line in s.unreadable]
-    if not lines:
-        return ""
-    items = "".join(f"<li><code>{_e(line)}</code></li>" for line in lines)
-    return f"<h2>Runs passed over ({len(lines)}): their summary.json could not be read</h2><ul>{items}</ul>"
 
 
 def write_history(reports_dir: Path, out: Path | None = None) -> tuple[Path, dict]:

@@ -16,6 +16,7 @@ import urllib.parse
 from collections import Counter
 from pathlib import Path
 
+from harness.errors import RollcheckError
 from harness.events import Event, read_events
 from harness.files import BadInput, read_json, write_atomic
 from harness.streams import StreamRecord, read_jsonl
@@ -83,6 +84,44 @@ def _href(*parts: str) -> str:
     folder named `javascript:...` (its colon encoded) or holding a quote stays a
     relative path."""
     return "/".join(urllib.parse.quote(str(p), safe="") for p in parts)
+
+
+class ReportInputError(RollcheckError):
+    """A folder that is not what a report page needs (one line, exit 2)."""
+
+
+VERDICTS = ("pass", "fail", "inconclusive", "skipped", "n/a")
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json as the pages need it, or ReportInputError (one line)."""
+    try:
+        s = read_json(path)
+    except BadInput as exc:
+        raise ReportInputError(
+            f"{exc}; rerun `rollcheck report {path.parent}` or remove the run"
+        ) from None
+    if s.get("verdict") not in VERDICTS:
+        raise ReportInputError(
+            f"{path} is not a rollcheck summary (verdict {str(s.get('verdict'))[:40]!r})"
+        )
+    for key, kind in (("outcomes", dict), ("checks", list), ("goodput", dict), ("name", str)):
+        if s.get(key) is not None and not isinstance(s[key], kind):
+            raise ReportInputError(
+                f"{path}: {key} is a {type(s[key]).__name__}, not a {kind.__name__}"
+            )
+    return s
+
+
+def passed_over(lines: list[str]) -> str:
+    """The section naming each run whose summary.json could not be read (index, history)."""
+    if not lines:
+        return ""
+    items = "".join(f"<li><code>{_e(line)}</code></li>" for line in lines)
+    return (
+        f"<h2>Runs passed over ({len(lines)}): their summary.json could not be read</h2>"
+        f"<ul>{items}</ul>"
+    )
 
 
 def load_run(run_dir: Path) -> tuple[dict, list[StreamRecord], list[Event]]:
@@ -855,8 +894,6 @@ def _index_row(s: dict) -> str:
 def write_index(session_dir: Path) -> Path | None:
     """index.html over every scenario run of a session: the pass/fail matrix and links."""
     session_dir = Path(session_dir)
-    from harness.report.compare import ReportInputError, read_summary
-
     runs, unreadable = [], []
     for summary_path in sorted(session_dir.glob("*/summary.json")):
         try:
@@ -890,12 +927,6 @@ def write_index(session_dir: Path) -> Path | None:
     overall = next((v for v in ("fail", "inconclusive") if v in verdicts), None)
     overall = overall or ("inconclusive" if unreadable else None)
     overall = overall or ("skipped" if verdicts == {"skipped"} else "pass")
-    passed_over = "".join(f"<li><code>{_e(line)}</code></li>" for line in unreadable)
-    if passed_over:
-        passed_over = (
-            f"<h2>Runs passed over ({len(unreadable)}): their summary.json could not be read</h2>"
-            f"<ul>{passed_over}</ul>"
-        )
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
@@ -904,7 +935,7 @@ def write_index(session_dir: Path) -> Path | None:
         "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
         f"<th>inconclusive</th><th>skipped</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
         "<th>run</th><th>verdict</th><th>goodput</th>"
-        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table>{passed_over}</body></html>"
+        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table>{passed_over(unreadable)}</body></html>"
     )
     path = session_dir / "index.html"
     write_atomic(path, page)
