@@ -271,12 +271,7 @@ def _first(keys: set) -> str:
     """The first of some field names, fit for a one-line message (a name with a line break
     or of another type is shown quoted)."""
     name = sorted(keys, key=str)[0]
-    text = str(name)
-    return (
-        text
-        if isinstance(name, str) and text.isprintable() and text.strip() == text
-        else repr(name)
-    )
+    return _printable(name) if isinstance(name, str) and name.strip() == name else repr(name)
 
 
 def _validate(m: Manifest) -> None:
@@ -288,15 +283,15 @@ def _validate(m: Manifest) -> None:
     if unknown:
         raise LintInputError(f"{where}: unknown field spec.{_first(unknown)}")
     template = spec.get("template")
-    for path, value in (
-        ("spec.template", template),
-        (
-            "spec.template.spec",
-            (template or {}).get("spec") if isinstance(template, dict) else None,
-        ),
-    ):
-        if value is not None and not isinstance(value, dict):
-            raise LintInputError(f"{where}: {path} must be a mapping, not {type(value).__name__}")
+    if template is not None and not isinstance(template, dict):
+        raise LintInputError(
+            f"{where}: spec.template must be a mapping, not {type(template).__name__}"
+        )
+    pod = (template or {}).get("spec")
+    if pod is not None and not isinstance(pod, dict):
+        raise LintInputError(
+            f"{where}: spec.template.spec must be a mapping, not {type(pod).__name__}"
+        )
     pod = _pod_spec(m)
     unknown = set(pod) - POD_SPEC
     if unknown:
@@ -482,9 +477,13 @@ def _is_ingress_nginx(ing: Manifest) -> bool:
     return "nginx" in cls or any(str(k).startswith(NGINX_ANNOTATION) for k in annotations)
 
 
-def _selects(selector: dict | None, labels: dict) -> bool:
-    match = (selector or {}).get("matchLabels") or selector or {}
-    return bool(match) and all(labels.get(k) == v for k, v in match.items() if isinstance(v, str))
+def _match_labels(selector) -> dict:
+    """A selector's labels: matchLabels (a PDB's), or the selector itself (a Service's)."""
+    if not isinstance(selector, dict):
+        return {}
+    match = selector.get("matchLabels") or selector
+    return match if isinstance(match, dict) else {}
+
 
 
 def _targets(obj: dict, deployment: Manifest) -> bool:
@@ -505,9 +504,8 @@ class _Index:
             spec = spec if isinstance(spec, dict) else {}
             ns, kind = m.namespace, m.kind
             if kind in ("PodDisruptionBudget", "Service"):
-                sel = spec.get("selector")
-                match = (sel or {}).get("matchLabels") or sel or {} if isinstance(sel, dict) else {}
-                if match and isinstance(match, dict):
+                match = _match_labels(spec.get("selector"))
+                if match:
                     key = frozenset((k, v) for k, v in match.items() if isinstance(v, str))
                     self.selectors.setdefault((ns, kind), {}).setdefault(key, []).append((pos, m))
             elif kind in ("HorizontalPodAutoscaler", "ScaledObject"):
@@ -704,8 +702,6 @@ def _lint_deployment(
     surge, unavailable = _strategy(d)
     for pdb in index.selecting(ns, "PodDisruptionBudget", labels):
         spec = pdb.obj.get("spec") or {}
-        if not _selects(spec.get("selector"), labels):
-            continue
         min_av, max_un = spec.get("minAvailable"), spec.get("maxUnavailable")
         where = f"{pdb.file}: document {pdb.doc} ({pdb.ref})"
         if min_av is not None:
