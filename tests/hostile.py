@@ -48,30 +48,39 @@ def chunked(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n" if data else b""
 
 
+def read_request(sock: socket.socket) -> tuple[str, dict[str, str]] | None:
+    """Read one whole HTTP request (its body too: closing with unread input makes the
+    kernel send RST, which the client would rightly report as a reset): its path and its
+    headers, lower-cased; None when the client closed first."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        part = sock.recv(65536)
+        if not part:
+            return None
+        buf += part
+    head, _, body = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    length = int(headers.get("content-length", 0))
+    while len(body) < length:
+        more = sock.recv(65536)
+        if not more:
+            break
+        body += more
+    return lines[0].split(" ")[1], headers
+
+
 class Handler(socketserver.BaseRequestHandler):
     server: HostileServer
 
     def handle(self):
         sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            part = sock.recv(65536)
-            if not part:
-                return
-            buf += part
-        head, _, body = buf.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        path = lines[0].split(" ")[1].split("/v1/")[0].rstrip("/") or "/"
-        headers = {
-            k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
-        }
-        length = int(headers.get("content-length", 0))
-        while len(body) < length:
-            more = sock.recv(65536)
-            if not more:
-                break
-            body += more
+        request = read_request(sock)
+        if request is None:
+            return
+        path, headers = request
+        path = path.split("/v1/")[0].rstrip("/") or "/"
         with self.server.lock:
             self.server.requests[path] += 1
             self.server.headers = headers

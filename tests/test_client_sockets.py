@@ -6,7 +6,6 @@ packet, and ends each case as it says: a clean end, a close mid-chunk, or a stal
 
 from __future__ import annotations
 
-import re
 import socket
 import socketserver
 import threading
@@ -16,6 +15,7 @@ import pytest
 
 from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Thresholds
+from tests.hostile import read_request
 from tests.streamcases import CASES, Case
 
 pytestmark = pytest.mark.unit
@@ -27,21 +27,10 @@ STALL_S = 0.6
 class Handler(socketserver.BaseRequestHandler):
     def handle(self):
         sock: socket.socket = self.request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            part = sock.recv(65536)
-            if not part:
-                return
-            head += part
-        # Read the whole body: closing with unread input makes the kernel send RST,
-        # which the client would rightly report as a reset.
-        headers, _, body = head.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", headers).group(1))
-        while len(body) < length:
-            body += sock.recv(65536)
-        path = head.split(b" ", 2)[1].decode()
-        _, kind, name, mode = path.split("/")
+        request = read_request(sock)
+        if request is None:
+            return
+        _, kind, name, mode = request[0].split("/")
         if kind == "special":
             return self.special(sock, name)
         case = BY_NAME[name]

@@ -10,7 +10,7 @@ import time
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.client import Cancel, chat_payload, make_client, redact, stream_request
@@ -24,6 +24,7 @@ from harness.files import (
 )
 from harness.streams import StreamRecord, Thresholds, write_jsonl
 from tests.hostile import HostileServer
+from tests.properties import bounded
 
 pytestmark = pytest.mark.unit
 
@@ -238,13 +239,7 @@ def test_a_secret_in_a_bad_set_is_never_echoed():
 yaml_text = st.text(alphabet=st.sampled_from(list("ab: -[]{}&*,\n'\"!|>#%@`0.\t")), max_size=200)
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    database=None,
-    derandomize=True,  # the same examples on every run: CI runs what was run here
-)
+@bounded(150)
 @given(text=yaml_text, sets=st.lists(st.text(max_size=30), max_size=3))
 def test_any_config_text_and_sets_give_a_config_or_one_config_error(tmp_path_factory, text, sets):
     from harness.cluster.config import load_config

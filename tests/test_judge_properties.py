@@ -8,21 +8,16 @@ import json
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.streams import End, Outcome, StreamObserver, Thresholds, judge_bytes
+from tests.properties import bounded
 from tests.streamcases import DONE, ROLE, STOP, TOKENS, USAGE, data
 
 pytestmark = pytest.mark.unit
 
-FAST = settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    database=None,
-    derandomize=True,  # the same examples on every run: CI runs what was run here
-)
+FAST = bounded(100)
 OUTCOMES = {o.value for o in Outcome}
 SMALL = Thresholds(stall_timeout_s=30, ttft_slo_s=1, itl_slo_s=1, max_event_bytes=4096)
 

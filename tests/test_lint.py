@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.lint import LintInputError, LintOptions, lint, parse_documents
+from tests.properties import bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = (ROOT / "deploy/vllm/deployment.yaml").read_text()
@@ -377,13 +378,7 @@ JSON = st.recursive(
 )
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    database=None,
-    derandomize=True,  # the same examples on every run: CI runs what was run here
-)
+@bounded(150)
 @given(where=st.sampled_from(ALL_PATHS), value=JSON)
 @pytest.mark.unit
 def test_any_field_set_to_any_value_lints_or_is_one_line(where, value):
