@@ -35,6 +35,8 @@ def default_timeout_s(requests: int, concurrency: int, max_tokens: int | None, t
 
 def check_deadline(records: list[StreamRecord], timeout_s: float, cut: int):
     expected = f"every answer ends within the probe's {timeout_s:g} s"
+    if not records:
+        return inconclusive("probe_deadline", expected, "no request was sent")
     if cut:
         bad = [r for r in records if r.outcome == Outcome.CANCELLED]
         hint = "the server kept streaming past the deadline; raise --timeout for longer answers"
