@@ -485,7 +485,6 @@ def _match_labels(selector) -> dict:
     return match if isinstance(match, dict) else {}
 
 
-
 def _targets(obj: dict, deployment: Manifest) -> bool:
     ref = (obj.get("spec") or {}).get("scaleTargetRef") or {}
     return ref.get("name") == deployment.name and ref.get("kind", "Deployment") == "Deployment"
