@@ -52,8 +52,17 @@ async def serve(settings: SimSettings) -> None:
 
     app.engine.on_close_listener = close_listener
     stop_startup = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        # One line, as an engine logs its shutdown: on a node it is the container log's
+        # evidence of when the signal came (the kubelet stamps each line).
+        drain = settings.shutdown_timeout_s
+        print(f"rollcheck sim: {sig.name} received, drain {drain:g} s", file=sys.stderr, flush=True)
+        stop_startup.set()
+        app.engine.begin_shutdown()
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a closed terminal too
-        loop.add_signal_handler(sig, lambda: (stop_startup.set(), app.engine.begin_shutdown()))
+        loop.add_signal_handler(sig, on_signal, sig)
 
     if settings.startup_s > 0:
         if settings.startup_health_503:

@@ -394,7 +394,7 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
         f"kube.gateway_url={ingress.url}",
         "load.max_tokens=[{tokens: 400}]",  # answers outlast the moment of the SIGTERM
         "scenario.recovery_s=60",
-        "kube.image=rollcheck/sim:{version}",  # a rollout to a new image, not a restart
+        "kube.image=localhost/rollcheck/sim:{version}",  # a rollout to a new image, not a restart
         *sets,
     ]:
         args += ["--set", s]
@@ -453,7 +453,7 @@ GPU_PROFILE_SCALED_DOWN = [
     "load.long_answer_tokens=300",  # 6 s: within deploy/sim's 8 s drain
     "load.start_timeout_s=30",
     # deploy/sim's image and tags, for the GPU profile's vllm/vllm-openai:{version}
-    "kube.image=rollcheck/sim:{version}",
+    "kube.image=localhost/rollcheck/sim:{version}",
     "version=v1",
     "next_version=v2",
 ]
@@ -586,17 +586,19 @@ def test_an_engine_upgrade_sets_the_image_tag_of_next_version_and_the_restore_pu
         namespace,
         tmp_path,
         None,
-        "kube.image=rollcheck/sim:{version}",
+        "kube.image=localhost/rollcheck/sim:{version}",
         "version=v0.11.0",
         "next_version=v0.12.0",
     )
     t.start()
     t.rollout(t.cfg.next_version)
     dep = deployment(kube_local, namespace)
-    assert dep.spec.template.spec.containers[0].image == "rollcheck/sim:v0.12.0"  # not :v2
+    assert (
+        dep.spec.template.spec.containers[0].image == "localhost/rollcheck/sim:v0.12.0"
+    )  # not :v2
     t.close()
     dep = deployment(kube_local, namespace)
-    assert dep.spec.template.spec.containers[0].image == "rollcheck/sim:v1"
+    assert dep.spec.template.spec.containers[0].image == "localhost/rollcheck/sim:v1"
     assert "pod template" in t.restored
     restored = [e for e in t.events() if e.kind == "restored"]
     assert restored and "pod template" in restored[0].detail["what"]  # on the timeline

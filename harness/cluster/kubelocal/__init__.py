@@ -1,8 +1,11 @@
-"""kube-local (cluster.py): a real control plane (controlplane.py), a node agent running
-simulator pods (agent.py) on a pod network of loopback addresses (podnet.py), and an
-nginx ingress fed from a Service's EndpointSlices."""
+"""kube-local (cluster.py): a real control plane (controlplane.py) and real nodes, each a
+containerd and a kubelet on a bridge of its own (node.py), running the simulator image
+built from the installed package (image.py), and an nginx ingress fed from a Service's
+EndpointSlices."""
 
 from harness.cluster.kubelocal.cluster import EndpointSliceIngress, KubeLocal
 from harness.cluster.kubelocal.controlplane import ControlPlaneError
+from harness.cluster.kubelocal.image import ImageError
+from harness.cluster.kubelocal.node import NodeError
 
-__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal"]
+__all__ = ["ControlPlaneError", "EndpointSliceIngress", "ImageError", "KubeLocal", "NodeError"]

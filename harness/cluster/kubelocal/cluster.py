@@ -1,23 +1,32 @@
-"""kube-local: a real control plane, a node agent running simulator pods, and an
-nginx ingress fed from a Service's EndpointSlices: Kubernetes end to end, on loopback."""
+"""kube-local: a real control plane, real nodes (containerd and the kubelet, node.py)
+running the simulator image (image.py), and an nginx ingress fed from a Service's
+EndpointSlices: Kubernetes end to end, on this machine."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from kubernetes import client, config, utils, watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kubelocal.agent import NodeAgent, _close_watch
-from harness.cluster.kubelocal.controlplane import ControlPlane, ControlPlaneError
-from harness.cluster.kubelocal.kubeletlogs import LOG_FILE_ANNOTATION
-from harness.cluster.kubelocal.podnet import ConnectProxy, PodNetwork
+from harness.cluster.kubelocal.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    client_cert,
+    kubeconfig_text,
+)
+from harness.cluster.kubelocal.image import IMAGE, sim_image
+from harness.cluster.kubelocal.node import Node, NodeError, check_host, clean_leftovers
 from harness.cluster.local.nginx import Nginx
 from harness.events import EventLog
+from harness.files import write_atomic
 from harness.proc import free_port
+from harness.waits import wait_until
 
-__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal"]
+__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal", "NodeError"]
+GPU = "nvidia.com/gpu"
 
 
 class EndpointSliceIngress:
@@ -30,14 +39,12 @@ class EndpointSliceIngress:
         service: str,
         run_dir: Path,
         events: EventLog,
-        net: PodNetwork,
         delay_s: float = 0.0,
         access_format: str = "rollcheck",
     ):
         self.discovery = client.DiscoveryV1Api(api)
         self.namespace, self.service = namespace, service
         self.events = events
-        self.net = net
         self.nginx = Nginx(
             Path(run_dir), free_port(), delay_s, 3600, events.emit, access_format=access_format
         )
@@ -98,23 +105,16 @@ class EndpointSliceIngress:
 
     def _apply(self, slices: dict) -> None:
         addresses = []
-        aliases = {}
         for s in slices.values():
             port = (s.ports or [None])[0]
             for ep in s.endpoints or []:
                 if ep.conditions is None or ep.conditions.ready:
                     for a in ep.addresses:
-                        local = self.net.local(a)  # only our pods, by their real address
-                        if local is not None:
-                            p = port.port if port else 8000
-                            addresses.append(f"{local}:{p}")
-                            aliases[f"{local}:{p}"] = (
-                                f"{a}:{p}"  # log the pod IP, as ingress-nginx does
-                            )
+                        addresses.append(f"{a}:{port.port if port else 8000}")
         endpoints = tuple(sorted(addresses))
         if endpoints != self._current:
             self._current = endpoints
-            self.nginx.set_endpoints(list(endpoints), aliases)
+            self.nginx.set_endpoints(list(endpoints))
 
     def stop(self) -> None:
         self._stop.set()
@@ -124,20 +124,19 @@ class EndpointSliceIngress:
 
 
 class KubeLocal:
-    """The control plane, the node agent and (on demand) an ingress for a Service."""
+    """The control plane, real nodes and (on demand) an ingress for a Service."""
 
     def __init__(self, run_dir: Path, nodes: int = 2, gpus_per_node: int = 8):
         self.run_dir = Path(run_dir).resolve()  # components run from other folders
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.net = PodNetwork()
-        self.proxy: ConnectProxy | None = None
         self.control_plane = ControlPlane(self.run_dir)
         self.node_names = [f"kube-local-node-{i}" for i in range(nodes)]
         self.gpus = gpus_per_node
         self.events = EventLog(self.run_dir / "node-events.jsonl")
         self.api: client.ApiClient | None = None
-        self.agent: NodeAgent | None = None
+        self.nodes: list[Node] = []
         self.ingresses: list[EndpointSliceIngress] = []
+        self.timings: dict[str, float] = {}
 
     @property
     def kubeconfig(self) -> Path:
@@ -145,24 +144,90 @@ class KubeLocal:
 
     def start(self) -> KubeLocal:
         try:
-            self.proxy = ConnectProxy(self.net, self.run_dir / "kube" / "podnet.sock")
-            self.control_plane.egress_config = self.proxy.egress_config()
+            check_host()
+            clean_leftovers()
+            t0 = time.monotonic()
+            image = sim_image()
+            self.timings["image_s"] = time.monotonic() - t0
             self.control_plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
-            pki = self.control_plane.dir / "pki"
-            self.agent = NodeAgent(
-                self.api,
-                self.node_names,
-                self.run_dir,
-                self.gpus,
-                self.events,
-                self.net,
-                tls=(pki / "apiserver.crt", pki / "apiserver.key"),
-            ).start()
+            self._start_nodes(image)
+            self.timings["start_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_nodes(self, image: Path) -> None:
+        """Every node's containerd, its copy of the image, its kubelet; then Ready and
+        advertising its GPUs. The slow steps run side by side; processes are started
+        from this thread (they die with it)."""
+        pki = self.control_plane.dir / "pki"
+        for i, name in enumerate(self.node_names):
+            node = Node(
+                name,
+                self.run_dir / "nodes" / name,
+                self.control_plane.bins / "kubelet",
+                self.kubeconfig,
+                pki / "ca.crt",
+                image,
+                first_index=1 + i,
+            )
+            self.nodes.append(node)
+            node.start_network()
+            node.start_containerd()
+        for node in self.nodes:
+            node.wait_containerd()
+        imports = [(node, node.import_image()) for node in self.nodes]
+        for node, proc in imports:
+            node.finish_import(proc)
+        t = time.monotonic()
+        for node in self.nodes:
+            crt, key = client_cert(pki, node.name, f"system:node:{node.name}", "system:nodes")
+            kubeconfig = node.dir / "kubeconfig"
+            write_atomic(
+                kubeconfig,
+                kubeconfig_text(self.control_plane.server, {"ca.crt": pki / "ca.crt"}, (crt, key)),
+            )
+            node.start_kubelet(kubeconfig)
+        self._wait_nodes_ready()
+        self.timings["nodes_ready_s"] = time.monotonic() - t
+
+    def _wait_nodes_ready(self, timeout_s: float = 90) -> None:
+        core = client.CoreV1Api(self.api)
+        advertised: set[str] = set()
+
+        def ready() -> bool:
+            nodes = {n.metadata.name: n for n in core.list_node().items}
+            for name in self.node_names:
+                n = nodes.get(name)
+                if n is None or not _is_ready(n):
+                    return False
+                if name not in advertised:  # extended resources, as a device plugin would
+                    patch = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu",
+                              "value": str(self.gpus)}]  # fmt: skip
+                    core.patch_node_status(name, patch)
+                    advertised.add(name)
+                if (n.status.allocatable or {}).get(GPU) != str(self.gpus):
+                    return False
+            return True
+
+        def alive() -> None:
+            for node in self.nodes:
+                for pname, up in node.alive().items():
+                    if not up:
+                        raise NodeError(f"{node.name}: {pname} exited: {node._tail(pname)}")
+
+        wait_until(
+            ready,
+            timeout_s,
+            "every node Ready with its GPUs",
+            interval_s=0.2,
+            error=lambda msg: NodeError(
+                f"{msg}: {'; '.join(n.name + ': ' + n._tail('kubelet') for n in self.nodes)}"
+            ),
+            alive=alive,
+        )
 
     def apply(self, path: Path, namespace: str = "default") -> None:
         utils.create_from_yaml(self.api, str(path), namespace=namespace)
@@ -183,7 +248,6 @@ class KubeLocal:
             # another's upstreams.
             self.run_dir / f"ingress-{namespace}-{service}",
             self.events,
-            self.net,
             delay_s,
             access_format,
         )
@@ -192,18 +256,28 @@ class KubeLocal:
 
     def ingress_controller_pod(self, ing: EndpointSliceIngress, namespace: str) -> str:
         """A pod standing for ingress-nginx's controller: labelled as ingress-nginx labels
-        its pods, its log the ingress's own (the node agent serves it for pods/log). The
+        its pods, and its container follows the ingress's access log (mounted from this
+        machine), so its log through pods/log is the ingress's own, as on a cluster. The
         ingress writes ingress-nginx's upstreaminfo format (ingress(access_format=...))."""
         name = f"ingress-nginx-controller-{ing.service}"
+        log = Path(ing.nginx.access_log).resolve()
         client.CoreV1Api(self.api).create_namespaced_pod(
             namespace,
             {
-                "metadata": {
-                    "name": name,
-                    "labels": {"app.kubernetes.io/name": "ingress-nginx"},
-                    "annotations": {LOG_FILE_ANNOTATION: str(ing.nginx.access_log)},
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "ingress-nginx"}},
+                "spec": {
+                    "dnsPolicy": "Default",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "controller",
+                            "image": f"{IMAGE}:v1",
+                            "command": ["tail", "-n", "+1", "-F", f"/var/log/ingress/{log.name}"],
+                            "volumeMounts": [{"name": "log", "mountPath": "/var/log/ingress"}],
+                        }
+                    ],
+                    "volumes": [{"name": "log", "hostPath": {"path": str(log.parent)}}],
                 },
-                "spec": {"containers": [{"name": "controller", "image": "rollcheck/sim:v1"}]},
             },
         )
         return name
@@ -217,11 +291,12 @@ class KubeLocal:
     def stop(self) -> None:
         for ing in self.ingresses:
             ing.stop()
-        if self.agent is not None:
-            self.agent.stop()
+        for node in self.nodes:
+            try:
+                node.stop()
+            except Exception as exc:  # one node's trouble must not keep the others running
+                self.events.emit("node_stop_failed", node=node.name, error=str(exc))
         self.control_plane.stop()
-        if self.proxy is not None:
-            self.proxy.stop()
         self.events.close()
 
     def __enter__(self) -> KubeLocal:
@@ -229,3 +304,14 @@ class KubeLocal:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _is_ready(obj) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (obj.status.conditions or []))
+
+
+def _close_watch(w) -> None:
+    """End a watch stream now (its thread would otherwise block until the server's timeout);
+    Watch.stop() shuts the socket down, which unblocks the read."""
+    if w is not None:
+        w.stop()

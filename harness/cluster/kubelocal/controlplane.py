@@ -107,6 +107,7 @@ def make_pki(folder: Path) -> dict[str, Path]:
         files[name].chmod(0o600)
 
     write("ca.crt", ca.public_bytes(serialization.Encoding.PEM))
+    write("ca.key", _pem_key(ca_key))
     server_key = _key()
     sans = [
         x509.DNSName(n)
@@ -137,7 +138,23 @@ def make_pki(folder: Path) -> dict[str, Path]:
     return files
 
 
-def kubeconfig_text(server: str, pki: dict[str, Path]) -> str:
+def client_cert(folder: Path, name: str, cn: str, org: str) -> tuple[Path, Path]:
+    """A client certificate signed by the run's CA (a kubelet's: system:node:<name>)."""
+    ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+    key = _key()
+    cert = _cert(_name(cn, org), ca.subject, key.public_key(), ca_key, client=True)
+    crt, pem = folder / f"{name}.crt", folder / f"{name}.key"
+    write_atomic(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(pem, _pem_key(key))
+    pem.chmod(0o600)
+    return crt, pem
+
+
+def kubeconfig_text(
+    server: str, pki: dict[str, Path], user: tuple[Path, Path] | None = None
+) -> str:
+    crt, key = user or (pki["admin.crt"], pki["admin.key"])
     return f"""apiVersion: v1
 kind: Config
 clusters:
@@ -148,8 +165,8 @@ clusters:
 users:
 - name: admin
   user:
-    client-certificate: {pki["admin.crt"]}
-    client-key: {pki["admin.key"]}
+    client-certificate: {crt}
+    client-key: {key}
 contexts:
 - name: rollcheck-local
   context: {{cluster: rollcheck-local, user: admin}}
@@ -159,9 +176,7 @@ current-context: rollcheck-local
 
 # --- the control plane -----------------------------------------------------------------
 class ControlPlane:
-    def __init__(
-        self, run_dir: Path, bin_dir: Path | None = None, egress_config: str | None = None
-    ):
+    def __init__(self, run_dir: Path, bin_dir: Path | None = None):
         self.dir = Path(run_dir) / "kube"
         self.bin_dir = bin_dir
         self.procs: dict[str, subprocess.Popen] = {}
@@ -169,7 +184,7 @@ class ControlPlane:
         self.api_port = 0
         self.kubeconfig = self.dir / "kubeconfig"
         self.timings: dict[str, float] = {}
-        self.egress_config = egress_config
+        self.bins: Path | None = None
 
     @property
     def server(self) -> str:
@@ -178,7 +193,7 @@ class ControlPlane:
     def start(self, timeout_s: float = 90.0) -> ControlPlane:
         reap_leftovers()
         t0 = time.monotonic()
-        bins = self.bin_dir or binaries_dir()
+        bins = self.bins = self.bin_dir or binaries_dir()
         self.timings["binaries_s"] = time.monotonic() - t0
         self.dir.mkdir(parents=True, exist_ok=True)
         pki = make_pki(self.dir / "pki")
@@ -249,10 +264,13 @@ class ControlPlane:
                 "--enable-priority-and-fairness=false",
                 "--endpoint-reconciler-type",
                 "none",
-                # pods/log: the node agent's kubelet endpoint at the node's InternalIP
+                # pods/log, exec and the pods proxy: the kubelet at the node's InternalIP
                 "--kubelet-preferred-address-types",
                 "InternalIP",
-                *self._egress_flags(),
+                "--kubelet-client-certificate",
+                str(pki["admin.crt"]),
+                "--kubelet-client-key",
+                str(pki["admin.key"]),
             ],
         )
         self._wait(self._api_ready, "kube-apiserver", timeout_s)
@@ -302,13 +320,6 @@ class ControlPlane:
         )
         self.timings["start_s"] = time.monotonic() - t0
         return self
-
-    def _egress_flags(self) -> list[str]:
-        if not self.egress_config:
-            return []
-        path = self.dir / "egress-selector.yaml"
-        write_atomic(path, self.egress_config)
-        return ["--egress-selector-config-file", str(path)]
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open_append(self.dir / f"{name}.log", binary=True, truncate=True)
