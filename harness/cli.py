@@ -616,8 +616,8 @@ def _plan(sub: argparse._SubParsersAction) -> None:
 def _kube_local(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "kube-local",
-        help="a real Kubernetes control plane on this machine, "
-        "with simulator pods run as processes",
+        help="real Kubernetes on this machine (root): a control plane and nodes of "
+        "containerd and the kubelet, running the simulator image",
     )
     p.add_argument("--run-dir", type=Path, default=None, help="default reports/kube-local-<time>")
     p.add_argument("--nodes", type=int, default=2)
@@ -638,7 +638,7 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
 
     def run(ns: argparse.Namespace) -> int:
 
-        from harness.cluster.kubelocal import ControlPlaneError, KubeLocal
+        from harness.cluster.kubelocal import ControlPlaneError, ImageError, KubeLocal, NodeError
 
         run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
         kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node)
@@ -653,7 +653,7 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
             print("Ctrl-C stops the control plane and every pod", flush=True)
             while True:
                 time.sleep(1)
-        except ControlPlaneError as exc:
+        except (ControlPlaneError, ImageError, NodeError) as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: control plane and pods", flush=True)

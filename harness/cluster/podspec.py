@@ -1,5 +1,5 @@
-"""What a pod's spec says, read the way lint reads manifests: shared by the Kubernetes
-target and kube-local's node agent."""
+"""What a pod's spec says, read the way lint reads manifests: used by the Kubernetes
+target."""
 
 from __future__ import annotations
 

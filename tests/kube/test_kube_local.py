@@ -307,9 +307,7 @@ def _left(traces: dict) -> dict:
         "processes": [pid for pid in traces["pids"] if _running(pid)],
         "bridges": [b for b in traces["bridges"] if f" {b}:" in links],
         "rules": [b for b in traces["bridges"] if b in rules],
-        "mounts": [
-            ln.split()[4] for ln in mounts.splitlines() for d in traces["dirs"] if d in ln
-        ],
+        "mounts": [ln.split()[4] for ln in mounts.splitlines() for d in traces["dirs"] if d in ln],
     }
 
 

@@ -715,9 +715,12 @@ def _created(custom, namespace, obj) -> bool:
 def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
     kube_local, namespace, deployed, tmp_path, monkeypatch
 ):
-    """auto: from outside, the API server's pods proxy; inside a pod, the pod IP first
-    (kube-local's pod IPs route nowhere from here, so it falls back). When no way
-    works, the one line names each way tried."""
+    """auto: from outside, the API server's pods proxy; inside a pod, the pod IP first (on
+    kube-local's nodes a pod IP answers through its bridge, as from a pod of a cluster).
+    When the pod IP is blocked (a REJECT rule, as a NetworkPolicy would; it blocks the
+    API server on this machine too), pod_access=direct names the way tried in one line."""
+    import subprocess
+
     deployed()
     t = target_for(kube_local, namespace, tmp_path)
     t.start()
@@ -730,25 +733,34 @@ def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # as in a pod
     t = target_for(kube_local, namespace, tmp_path / "in")
     t.start()
-    assert t._pod_paths() == ["direct", "proxy"]
-    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "proxy"
-    t.close()
-
-    t = target_for(kube_local, namespace, tmp_path / "direct", None, "kube.pod_access=direct")
-    t.start()
     wait_for(lambda: any(p.name == pod for p in t.pods()), 30, "the watch to see the pod")
-    assert t.pod_metrics(pod) == {} and t.pod_health(pod) is None
-    assert t.pod_access_problem.startswith(f"engine /health of pod {pod} unreachable: pod IP 10.")
-    with pytest.raises(TargetError, match=r"unreachable: pod IP 10\.[0-9.]+:[0-9]+: \w+"):
-        t.busiest_pod(1, timeout_s=1)
+    assert t._pod_paths() == ["direct", "proxy"]
+    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "direct"
     t.close()
 
+    ip = client.CoreV1Api(kube_local.api).read_namespaced_pod(pod, namespace).status.pod_ip
+    ips = ",".join(p.status.pod_ip for p in ready_pods(kube_local, namespace))
+    rule = ["OUTPUT", "-d", ips, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+    try:
+        t = target_for(kube_local, namespace, tmp_path / "direct", None, "kube.pod_access=direct")
+        t.start()
+        wait_for(lambda: any(p.name == pod for p in t.pods()), 30, "the watch to see the pod")
+        assert t.pod_metrics(pod) == {} and t.pod_health(pod) is None
+        assert t.pod_access_problem.startswith(
+            f"engine /health of pod {pod} unreachable: pod IP {ip}:"
+        )
+        with pytest.raises(TargetError, match=r"unreachable: pod IP 10\.[0-9.]+:[0-9]+: \w+"):
+            t.busiest_pod(1, timeout_s=1)
+        t.close()
+    finally:
+        subprocess.run(["iptables", "-w", "-D", *rule], check=True)
 
-def test_pods_log_reaches_the_node_agent_and_follows_the_ingress_log(
-    kube_local, namespace, deployed
-):
-    """pods/log as on a cluster: the API server dials the node's kubelet endpoint (the
-    node agent) through the egress proxy; follow=true streams lines as they are written."""
+
+def test_pods_log_reaches_the_kubelet_and_follows_the_ingress_log(kube_local, namespace, deployed):
+    """pods/log as on a cluster: the API server dials the kubelet at the node's IP, which
+    reads the container's log as containerd wrote it (the controller pod's container
+    follows the ingress's access log); follow=true streams lines as they are written."""
     import httpx
 
     ingress, controller = ingress_with_controller_pod(kube_local, namespace, deployed)

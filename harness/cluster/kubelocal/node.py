@@ -307,6 +307,10 @@ class Node:
             ["FORWARD", "-o", self.bridge, "!", "-i", self.bridge, "-j", "DROP"],
         ]
         self.left.note(bridge=self.bridge, rules=rules)
+        # A MAC of its own: a bridge without one takes the lowest MAC of its ports, so
+        # it changed whenever a pod left, and the other pods' replies went to the old
+        # gateway MAC until ARP caught up: every stream on the node stalled 1.5 s.
+        _run("ip", "link", "set", self.bridge, "address", f"02:72:63:6b:00:{self.index:02x}")
         _run("ip", "addr", "add", f"{self.ip}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         for rule in rules:

@@ -4,8 +4,8 @@ Probes as the kubelet runs them (startup gates readiness and liveness; readiness
 only removes the pod from endpoints; liveness restarts the container); a
 container that exits is restarted after a backoff (restartPolicy: Always); and
 deletion runs preStop, then SIGTERM, then SIGKILL at terminationGracePeriodSeconds
-counted from the start of the deletion. The local target and the Kubernetes node
-agent both use it.
+counted from the start of the deletion. The local target uses it (kube-local runs
+real kubelets; docs/facts.md lists where the real kubelet differs).
 """
 
 from __future__ import annotations
