@@ -845,3 +845,47 @@ def test_a_canary_that_would_restart_the_baselines_image_is_a_config_error(
     assert "kube.image is not set: a rollout to v2 would change nothing" in r.stdout
     assert "Traceback" not in r.stdout
     assert deployment(kube_local, namespace).metadata.resource_version == before  # untouched
+
+
+def test_startup_without_a_startup_probe_is_a_real_crash_loop_and_is_rolled_back(
+    kube_local, namespace, tmp_path
+):
+    """The start-up scenario on real kubelets: a version that loads its weights for 20 s
+    under a liveness probe that allows 3 s, and no startupProbe. The kubelet kills it
+    while it loads (its own Unhealthy and Killing events), and again; the scenario sees
+    the restarts in the pods' restartCount, FAILs naming them, and rolls back."""
+    objs = sim_objects(replicas=2)
+    c = objs[0]["spec"]["template"]["spec"]["containers"][0]
+    del c["startupProbe"]
+    c["livenessProbe"] |= {"periodSeconds": 1, "failureThreshold": 3}
+    apply(kube_local, namespace, objs)
+    wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "ready pods")
+    ingress = kube_local.ingress("rollcheck-sim", namespace)
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "startup",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        "scenario.startup_version_s=20",
+        "scenario.startup_restarts=2",
+        "scenario.recovery_s=90",
+        KUBE_LOCAL_TTFT,
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+    assert summary["verdict"] == "fail", r.stdout[-2000:]
+    (check,) = [c for c in summary["checks"] if c["name"] == "starts_without_restarts"]
+    assert check["status"] == "fail" and "restart" in str(check["observed"]), check
+    events = [
+        json.loads(line)
+        for line in (Path(summary["report"]).parent / "events.jsonl").read_text().splitlines()
+    ]
+    kubelet = [e["detail"] for e in events if e["kind"] == "k8s_event"]
+    assert any(
+        d.get("reason") == "Unhealthy" and "Liveness probe failed" in d.get("message", "")
+        for d in kubelet
+    ), kubelet
+    assert any(d.get("reason") == "Killing" for d in kubelet)  # the kubelet's own events
+    dep = deployment(kube_local, namespace)
+    assert dep.spec.template.metadata.labels["version"] == "v1"  # rolled back
+    assert len(ready_pods(kube_local, namespace)) == 2

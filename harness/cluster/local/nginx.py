@@ -27,7 +27,7 @@ from harness.waits import wait_until
 LOG_FORMAT = (
     "log_format rollcheck escape=json '{"
     '"time":$msec,"connection":$connection,"request_id":"$http_x_request_id",'
-    '"status":$status,"upstream_addr":"$upstream_alias","upstream_status":"$upstream_status",'
+    '"status":$status,"upstream_addr":"$upstream_addr","upstream_status":"$upstream_status",'
     '"body_bytes_sent":$body_bytes_sent,"request_time":$request_time,'
     '"upstream_response_time":"$upstream_response_time","request":"$request"'
     "}';"
@@ -38,7 +38,7 @@ LOG_FORMAT = (
 UPSTREAMINFO_FORMAT = (
     'log_format upstreaminfo \'$remote_addr - $remote_user [$time_local] "$request" '
     '$status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length '
-    "$request_time [rollcheck-engines-8000] [] $upstream_alias $upstream_response_length "
+    "$request_time [rollcheck-engines-8000] [] $upstream_addr $upstream_response_length "
     "$upstream_response_time $upstream_status $http_x_request_id';"
 )
 
@@ -83,7 +83,6 @@ class Nginx:
         self.proc: subprocess.Popen | None = None
         self._pending: list[tuple[float, tuple[str, ...]]] = []
         self._applied: tuple[str, ...] | None = None
-        self._aliases: dict[str, str] = {}
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
@@ -147,11 +146,9 @@ class Nginx:
         err = (self.dir / "stderr.log").read_text(errors="replace").strip()
         return err.splitlines()[-1] if err else "no output"
 
-    def set_endpoints(self, addresses: list[str], aliases: dict[str, str] | None = None) -> None:
-        """The cluster's endpoint set changed now; nginx learns of it after the delay.
-        `aliases` names an upstream in the access log by another address (its pod IP)."""
+    def set_endpoints(self, addresses: list[str]) -> None:
+        """The cluster's endpoint set changed now; nginx learns of it after the delay."""
         with self._cv:
-            self._aliases.update(aliases or {})
             self._pending.append((time.monotonic() + self.delay_s, tuple(sorted(addresses))))
             self._cv.notify()
 
@@ -209,13 +206,6 @@ class Nginx:
             location = (
                 'default_type application/json; return 503 \'{"error": "no ready endpoints"}\';'
             )
-        with self._cv:
-            aliases = "".join(
-                f"    {a} {self._aliases[a]};\n" for a in endpoints if a in self._aliases
-            )
-        routes += (
-            f"map $upstream_addr $upstream_alias {{\n    default $upstream_addr;\n{aliases}}}\n"
-        )
         write_atomic(self.dir / "upstreams.conf", routes)
         write_atomic(self.dir / "location.conf", location + "\n")
 
@@ -250,7 +240,7 @@ http {{
             proxy_send_timeout {int(self.read_timeout_s)}s;
             # which pod serves the stream, known to the client at its first byte (the
             # access log says so only once the stream has ended)
-            add_header {UPSTREAM_HEADER} $upstream_alias always;
+            add_header {UPSTREAM_HEADER} $upstream_addr always;
             include location.conf;
         }}
     }}
