@@ -412,3 +412,21 @@ def test_the_command_runs_deploy_sim_on_two_real_nodes_and_a_sigkill_is_cleaned_
     assert _left(traces)["processes"] != []  # the containers outlive it
     assert sorted(clean_leftovers()) == ["kube-local-node-0", "kube-local-node-1"]
     assert _left(traces) == {"processes": [], "bridges": [], "rules": [], "mounts": []}
+
+
+def test_a_machine_without_the_node_parts_is_told_what_to_install(tmp_path, monkeypatch):
+    """No containerd, runc, CNI plugins or iptables on PATH: one line naming the Debian
+    packages and the command, before anything is started (never a skip)."""
+    from harness.cluster.kubelocal import KubeLocal, NodeError
+    from harness.cluster.kubelocal import node as node_mod
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: nothing is installed
+    monkeypatch.setattr(node_mod, "CNI_BIN", tmp_path / "cni")
+    kl = KubeLocal(tmp_path / "kl")
+    with pytest.raises(NodeError) as exc:
+        kl.start()
+    msg = str(exc.value)
+    assert "\n" not in msg and "apt-get install -y" in msg, msg
+    for pkg in ("containerd", "containernetworking-plugins", "iptables", "runc"):
+        assert pkg in msg
+    assert kl.control_plane.procs == {}  # nothing was started

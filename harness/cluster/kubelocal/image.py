@@ -9,7 +9,8 @@ simulator took 4.0 s to answer in a container, 1.7 s on the host.
 
 The tar is cached by content under ~/.cache/rollcheck/images: the list of files with
 their sizes and modification times names it, so a change to the package builds a new
-image and nothing else does. One layer carries several names: the simulator under
+image and nothing else does; images unused for a day are removed. One layer carries
+several names: the simulator under
 `localhost/rollcheck/sim:<tag>` for each tag in TAGS, and the pod sandbox (`sleep
 infinity`, which containerd stops with SIGKILL) as `localhost/rollcheck/pause:1`.
 """
@@ -28,6 +29,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import harness
@@ -239,7 +241,10 @@ def sim_image(cache: Path = CACHE) -> Path:
         except OSError as exc:
             raise ImageError(f"building the simulator image in {cache} failed: {exc}") from None
         os.replace(part, out)
-    for old in cache.glob("sim-*.tar"):  # one image per machine is enough
-        if old != out:
-            old.unlink(missing_ok=True)
+    for old in cache.glob("sim-*.tar"):  # another checkout's may be in use: only old ones
+        try:
+            if old != out and time.time() - old.stat().st_mtime > 86400:
+                old.unlink(missing_ok=True)
+        except OSError:
+            continue
     return out
