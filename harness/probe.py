@@ -85,25 +85,37 @@ def run_probe(
             if open_streams.pop(record.request_id, None) is not None:
                 records.append(record)
 
+    # The workers count themselves out: the main thread waits on an Event, never in
+    # Thread.join, which a Ctrl-C can leave believing a running thread has stopped
+    # (CPython 3.11, bpo-45274's handler), so its streams would never be cancelled.
+    running = [concurrency]
+    all_ended = threading.Event()
+
     def worker() -> None:
         nonlocal sent
-        while not cancel.is_set():
+        try:
+            while not cancel.is_set():
+                with lock:
+                    i = next(todo, None)
+                    if i is None:
+                        return
+                    sent += 1
+                payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
+                stream_request(
+                    client,
+                    url,
+                    payload,
+                    thresholds,
+                    headers=headers,
+                    on_record=keep,
+                    on_start=started,
+                    cancel=cancel,
+                )
+        finally:
             with lock:
-                i = next(todo, None)
-                if i is None:
-                    return
-                sent += 1
-            payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
-            stream_request(
-                client,
-                url,
-                payload,
-                thresholds,
-                headers=headers,
-                on_record=keep,
-                on_start=started,
-                cancel=cancel,
-            )
+                running[0] -= 1
+                if running[0] == 0:
+                    all_ended.set()
 
     stopped: BaseException | None = None
     cut = 0
@@ -114,17 +126,14 @@ def run_probe(
         try:
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join(max(0.0, deadline - time.monotonic()))
+            all_ended.wait(max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through harness.signals
             stopped = exc
-        if any(t.is_alive() for t in threads):
+        if not all_ended.is_set():
             with lock:
                 cut = sent - len(records)
             cancel.set()
-            end = time.monotonic() + JOIN_AFTER_CANCEL_S
-            for t in threads:
-                t.join(max(0.0, end - time.monotonic()))
+            all_ended.wait(JOIN_AFTER_CANCEL_S)
         with lock:
             for obs in open_streams.values():  # a thread that did not return in time
                 t = time.time() - obs.sent_at

@@ -12,6 +12,7 @@ from kubernetes import client
 from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Thresholds
 from tests.kube.conftest import (
+    ROOT,
     apply,
     is_ready,
     ready_pods,
@@ -286,17 +287,6 @@ def test_a_pod_ip_answers_through_its_bridge_and_the_pod_has_no_default_route(
     assert not any("default" in r for r in routes), routes
 
 
-def _traces(kl) -> dict:
-    """What a kube-local made on this machine: processes, bridges, mounts, rules."""
-    from harness.cluster.kubelocal.node import _container_pids
-
-    pids = [p.pid for p in kl.control_plane.procs.values()]
-    for node in kl.nodes:
-        pids += [p.pid for p in node.procs.values()] + _container_pids(node.dir / "runc")
-    dirs = [str(kl.run_dir), *(str(n.sockets) for n in kl.nodes)]
-    return {"pids": pids, "bridges": [n.bridge for n in kl.nodes], "dirs": dirs}
-
-
 def _left(traces: dict) -> dict:
     import subprocess
 
@@ -311,20 +301,6 @@ def _left(traces: dict) -> dict:
     }
 
 
-def test_nothing_is_left_running_after_stop(tmp_path, kube_local, monkeypatch):
-    from harness.cluster.kubelocal import KubeLocal
-
-    monkeypatch.chdir(tmp_path)
-    kl = KubeLocal(Path("own"), nodes=1)  # relative, as `rollcheck kube-local` defaults to
-    kl.start()
-    apply(kl, "default", sim_objects(replicas=1, pdb_min=0))
-    wait_for(lambda: ready_pods(kl, "default"), 60, "a ready pod")
-    traces = _traces(kl)
-    assert len(traces["pids"]) >= 4 + 2 + 2  # the control plane, the node, a pod's two
-    kl.stop()
-    assert _left(traces) == {"processes": [], "bridges": [], "rules": [], "mounts": []}
-
-
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -335,17 +311,26 @@ def _running(pid: int) -> bool:
 
 def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_local):
     """`rollcheck kube-local` installed its own handler over harness.signals and exited 0;
-    now SIGTERM stops the control plane and its pods, then exits 143, nothing listening."""
+    now SIGTERM stops the control plane, the node and its pod, then exits 143: nothing
+    listening, and no process, container, bridge, rule or mount left."""
+    import json
     import re
     import signal
     import socket
     import subprocess
     import sys
 
+    from kubernetes import config as kconfig
+
+    from harness.cluster.kubelocal.node import _container_pids
+    from harness.proc import PID_DIR
+
+    run_dir = Path("kl")  # relative, as `rollcheck kube-local` defaults to
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "kube-local", "--nodes", "1",
-         "--run-dir", str(tmp_path / "kl")],
+         "--run-dir", str(run_dir), "--apply", str(ROOT / "deploy/sim/sim.yaml")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=tmp_path,
     )  # fmt: skip
     line, seen = "", []
     deadline = time.monotonic() + 120
@@ -354,11 +339,26 @@ def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_lo
         seen.append(line)
     config = next(x for x in seen if x.startswith("kubeconfig:")).split(":", 1)[1].strip()
     port = int(re.search(r"server: https://127\.0\.0\.1:(\d+)", Path(config).read_text()).group(1))
+    core = client.CoreV1Api(kconfig.new_client_from_config(config))
+    wait_for(
+        lambda: sum(is_ready(p) for p in core.list_namespaced_pod("default").items) == 2,
+        90, "deploy/sim's pods Ready on the one node",
+    )  # fmt: skip
+    (record,) = [json.loads(f.read_text()) for f in PID_DIR.glob(f"kube-node-{proc.pid}-*.json")]
+    pids = [*record["pids"].values()]
+    traces = {
+        "pids": [p for p, _ in pids] + _container_pids(Path(record["dir"]) / "runc"),
+        "bridges": [record["bridge"]],
+        "dirs": [str((tmp_path / run_dir).resolve()), record["sockets"]],
+    }
+    assert len(traces["pids"]) == 2 + 4  # containerd, the kubelet; two pods of two
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the API server still listens"
+    assert _left(traces) == {"processes": [], "bridges": [], "rules": [], "mounts": []}
+    assert not list(PID_DIR.glob(f"kube-node-{proc.pid}-*.json"))  # nothing to clean next time
 
 
 def test_the_command_runs_deploy_sim_on_two_real_nodes_and_a_sigkill_is_cleaned_up_next_time(
@@ -379,7 +379,7 @@ def test_the_command_runs_deploy_sim_on_two_real_nodes_and_a_sigkill_is_cleaned_
     run_dir = tmp_path / "kl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "kube-local", "--run-dir", str(run_dir),
-         "--apply", str(Path(__file__).resolve().parents[2] / "deploy/sim/sim.yaml")],
+         "--apply", str(ROOT / "deploy/sim/sim.yaml")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     try:
