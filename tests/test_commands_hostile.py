@@ -32,6 +32,14 @@ def rollcheck(*args, env=None, timeout=120):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _as_from_a_terminal() -> None:
+    # Ctrl-C comes from a terminal, where SIGINT is at its default. A suite started in
+    # the background by a non-interactive shell (`cmd &`) passes SIGINT down ignored,
+    # and a process that starts with SIGINT ignored keeps ignoring it, as nohup wants:
+    # the SIGINT case then waited for an exit that could not come.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "harness.cli", *args],
@@ -39,6 +47,7 @@ def start(*args) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
 
 
