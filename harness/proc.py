@@ -93,7 +93,10 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float 
     try:
         proc.wait(wait_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group ended between the wait and the kill
+            pass
         proc.wait()
 
 

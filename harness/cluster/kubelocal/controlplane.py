@@ -26,7 +26,7 @@ from cryptography.x509.oid import NameOID
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
-from harness.proc import PidFile, free_port, reap_leftovers
+from harness.proc import PidFile, free_port, reap_leftovers, stop_group
 from harness.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -172,6 +172,23 @@ contexts:
   context: {{cluster: rollcheck-local, user: admin}}
 current-context: rollcheck-local
 """
+
+
+def spawn_logged(log_path: Path, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
+    """A daemon of kube-local: its own process group, its output in a log file started
+    afresh, and SIGKILL if the thread that started it dies (the harness was killed)."""
+    log = open_append(log_path, binary=True, truncate=True)
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+    finally:
+        log.close()
 
 
 # --- the control plane -----------------------------------------------------------------
@@ -322,16 +339,7 @@ class ControlPlane:
         return self
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        log = open_append(self.dir / f"{name}.log", binary=True, truncate=True)
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
-        self.procs[name] = proc
+        proc = self.procs[name] = spawn_logged(self.dir / f"{name}.log", cmd)
         self.pidfile.remember(name, proc.pid)
 
     def _api_ready(self) -> bool:
@@ -375,15 +383,5 @@ class ControlPlane:
 
     def stop(self) -> None:
         for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(5)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait()
+            stop_group(self.procs[name], signal.SIGTERM, 5)
         self.pidfile.clear()

@@ -25,15 +25,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from harness.cluster.local.kubelet import die_with_parent
+from harness.cluster.kubelocal.controlplane import spawn_logged
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
-from harness.proc import PID_DIR, pid_alive
+from harness.proc import PID_DIR, pid_alive, stop_group
 from harness.waits import wait_until
 
 CNI_BIN = Path("/usr/lib/cni")
@@ -389,17 +388,7 @@ class Node:
         )
 
     def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> None:
-        log = open_append(self.dir / f"{name}.log", binary=True, truncate=True)
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
-        self.procs[name] = proc
+        proc = self.procs[name] = spawn_logged(self.dir / f"{name}.log", cmd, env)
         self.left.pid(name, [proc.pid, _start_time(proc.pid)])
 
     def _wait(self, ready, name: str, timeout_s: float) -> None:
@@ -435,13 +424,13 @@ class Node:
         """Stop the kubelet, then every container and containerd; undo the network."""
         kubelet = self.procs.get("kubelet")
         if kubelet is not None:
-            _stop(kubelet)
+            stop_group(kubelet, signal.SIGTERM, 10)
         self.left.record["pids"].pop("kubelet", None)
         self.left.record["pids"].pop("containerd", None)
         containerd = self.procs.get("containerd")
         teardown(self.left.record)  # containers and shims first: they outlive containerd
         if containerd is not None:
-            _stop(containerd)
+            stop_group(containerd, signal.SIGTERM, 10)
         teardown(self.left.record)
         self.left.clear()
 
@@ -555,25 +544,3 @@ authorization:
   mode: Webhook
 shutdownGracePeriod: 0s
 """
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
