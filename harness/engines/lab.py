@@ -282,9 +282,9 @@ def fingerprint(r: Reader) -> str | None:
     return found[-1] if found else None
 
 
-def gauges(engine: Engine) -> tuple[float, float]:
+def gauges(engine: Engine, timeout_s: float = METRICS_TIMEOUT_S) -> tuple[float, float]:
     """(running, waiting) by the engine's own metrics."""
-    text = httpx.get(engine.url + "/metrics", timeout=METRICS_TIMEOUT_S).text
+    text = httpx.get(engine.url + "/metrics", timeout=timeout_s).text
     value = lambda name: next(  # noqa: E731
         float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{")
     )
@@ -304,7 +304,10 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
     """Until `queued` is held behind `running`: the engine's own metrics count it waiting, or,
     on the wire, it has its headers, no byte for 2 s, while `running` keeps streaming (a
     loaded API server can take seconds to hand a request to the scheduler). Returns which
-    evidence was seen; fails with both requests' state and the engine's."""
+    evidence was seen; fails with both requests' state and the engine's.
+    /metrics is asked with a short timeout: a busy API server can take seconds to answer
+    it, and a poll that waits that long lets the wire evidence go by while `queued`'s own
+    silence timeout runs out (seen in CI: one poll, 5 s, and the queued request gone)."""
     deadline = time.monotonic() + timeout_s
     at_headers = None  # how much of the running answer had come when `queued` got headers
     problem = f"not seen queued within {timeout_s} s"
@@ -324,7 +327,7 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
             if len(running.raw) > at_headers:
                 return "wire"
         try:
-            if gauges(engine)[1] >= 1:
+            if gauges(engine, timeout_s=0.5)[1] >= 1:
                 return "metrics"
         except httpx.TimeoutException:
             pass  # a /metrics that did not answer in time says nothing either way
@@ -349,26 +352,34 @@ def one_queued(
     queued_tokens: int,
     read_timeout_s: float = 30,
     include_usage: bool = False,
+    queued_read_timeout_s: float | None = None,
 ) -> tuple[Reader, Reader]:
     """A running request (n tokens in) and a second one held behind it in the one slot
-    (include_usage: the running one asks for the usage chunk).
+    (include_usage: the running one asks for the usage chunk; queued_read_timeout_s: the
+    queued one's silence timeout, read_timeout_s unless given: it runs from its headers,
+    since a queued request gets no byte at all).
     The set-up is tried twice: if the running answer ends before the second request is
-    seen queued (a first try on a slow machine), that is a set-up miss, not an engine
-    behaviour; the second miss fails with both tries' state."""
+    seen queued, or the queued one's silence timeout runs out first (a first try on a slow
+    machine), that is a set-up miss, not an engine behaviour; the second miss fails with
+    both tries' state."""
     missed = []
     for _ in range(2):
         wait_idle(engine)  # the one slot is free: no earlier answer holds it
         usage = {"stream_options": {"include_usage": True}} if include_usage else {}
         running = Reader(engine.url, body(running_tokens, **usage), read_timeout_s=read_timeout_s)
         running.wait_tokens(3)
-        queued = Reader(engine.url, body(queued_tokens), read_timeout_s=read_timeout_s)
+        queued_timeout_s = queued_read_timeout_s or read_timeout_s
+        queued = Reader(engine.url, body(queued_tokens), read_timeout_s=queued_timeout_s)
         try:
             wait_queued(engine, running, queued)
             return running, queued
         except AssertionError as exc:
-            if running.is_alive() or not running.raw.endswith(b"data: [DONE]\n\n"):
+            answered = not running.is_alive() and running.raw.endswith(b"data: [DONE]\n\n")
+            timed_out = queued.end == "silence" and queued.raw == b"" and running.is_alive()
+            if not (answered or timed_out):
                 raise  # not a set-up miss: the engine did something else
             missed.append(str(exc))
             queued.cancel()
+            running.cancel()
             print(f"set-up missed, trying again: {exc}")
     raise AssertionError("twice: " + "\n".join(missed))

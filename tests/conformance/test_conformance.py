@@ -177,7 +177,11 @@ def test_sigterm_with_the_default_shutdown_timeout(one_slot, record_property):
     """Last: it ends the engine. Every stream in flight (one running, one queued) ends in
     one of vLLM 0.32's measured endings, a race: the EngineCore error event + [DONE], a
     hang, or finish_reason abort + [DONE]; none completes; the listener closes at once."""
-    running, queued = one_queued(one_slot, LONG, 5, read_timeout_s=5, include_usage=True)
+    # a queued request gets no byte while it waits, and its silence timeout runs from its
+    # headers, and SIGTERM comes a few seconds after them: 10 s leaves about 5 s after it
+    running, queued = one_queued(
+        one_slot, LONG, 5, read_timeout_s=5, include_usage=True, queued_read_timeout_s=10
+    )
     one_slot.signal(signal.SIGTERM)
     time.sleep(0.5)
     assert refuses_connections(one_slot.port)  # new connections and /health are refused
