@@ -91,7 +91,10 @@ def engine_command(
     max_num_seqs: int = 4,
     max_num_queued_reqs: int = 0,
 ) -> tuple[list[str], dict]:
-    """The command and environment of one engine of the kind, the same flags for both."""
+    """The command and environment of one engine of the kind, the same flags for both.
+    vLLM runs with --enforce-eager: torch.compile changes none of what these tests observe
+    (the wire, queueing, admission, errors, metrics, refusals while starting, SIGTERM,
+    drain) and costs 25-65 s a start on these CPUs (docs/facts.md)."""
     if kind == "vllm":
         extra = ("--max-num-queued-reqs", str(max_num_queued_reqs)) if max_num_queued_reqs else ()
         cmd = vllm.serve_command(
@@ -103,6 +106,7 @@ def engine_command(
             max_num_seqs=max_num_seqs,
             max_model_len=MAX_MODEL_LEN,
             extra=extra,
+            eager=True,
         )
         return cmd, dict(os.environ, **vllm.serve_env(core))
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]

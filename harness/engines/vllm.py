@@ -73,8 +73,11 @@ def serve_command(
     max_num_seqs: int = 4,
     max_model_len: int = 1024,
     extra: tuple[str, ...] = (),
+    eager: bool = False,
 ) -> list[str]:
-    """`vllm serve` for a local model: the flags a deployment would set, time-scaled."""
+    """`vllm serve` for a local model: the flags a deployment would set, time-scaled.
+    eager: --enforce-eager, no torch.compile (start-up 31-33 s here against 57-99 s, each
+    token about 20 ms against 14-18 ms; docs/facts.md)."""
     return [
         str(venv() / "bin" / "vllm"),
         "serve",
@@ -95,6 +98,7 @@ def serve_command(
         str(int(shutdown_timeout_s))
         if float(shutdown_timeout_s).is_integer()
         else str(shutdown_timeout_s),
+        *(["--enforce-eager"] if eager else []),
         *extra,
     ]
 
