@@ -498,10 +498,15 @@ class _Index:
         self.selectors: dict[tuple[str, str], dict[frozenset, list]] = {}
         self.targets: dict[tuple[str, str, object], list] = {}
         self.ingresses: dict[tuple[str, str], list] = {}
+        self.service_names: dict[tuple[str, str], Manifest] = {}
         for pos, m in enumerate(manifests):
             spec = m.obj.get("spec")
             spec = spec if isinstance(spec, dict) else {}
             ns, kind = m.namespace, m.kind
+            if kind == "Service" and isinstance(m.obj.get("metadata"), dict):
+                name = m.obj["metadata"].get("name")
+                if isinstance(name, str):
+                    self.service_names.setdefault((ns, name), m)
             if kind in ("PodDisruptionBudget", "Service"):
                 match = _match_labels(spec.get("selector"))
                 if match:
@@ -668,6 +673,19 @@ def _lint_deployment(
             f"the engine is started by the script {wrapper[1]}: SIGTERM reaches the engine "
             "only if the script ends in `exec <engine> ...`, which rollcheck cannot see",
             "end the script with `exec vllm serve ...` (or use tini/dumb-init to forward signals)",
+        )
+    vllm_service = index.service_names.get((d.namespace, "vllm"))
+    if vllm_service is not None and pod.get("enableServiceLinks", True) is not False:
+        add(
+            "RC016",
+            "error",
+            "spec.template.spec.enableServiceLinks",
+            f"the Service {vllm_service.ref} gives every pod of the namespace "
+            "VLLM_PORT=tcp://<service IP>:<port> (service links), and vLLM reads VLLM_PORT "
+            "as its own setting: the engine core fails to start ('VLLM_PORT ... appears to "
+            "be a URI')",
+            "set enableServiceLinks: false in the pod template, or name the Service "
+            "otherwise than vllm",
         )
     if "terminationGracePeriodSeconds" in pod:
         for cap, who in GRACE_CAPS:

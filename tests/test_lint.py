@@ -73,6 +73,7 @@ CASES = {
         o[0]["spec"]["template"]["spec"].update(terminationGracePeriodSeconds=7200),
         container(o)["args"].append("--shutdown-timeout=7000"),
     ),
+    "RC016": lambda o: o[0]["spec"]["template"]["spec"].pop("enableServiceLinks"),
 }
 
 
@@ -80,6 +81,18 @@ CASES = {
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_trips(rule):
     assert rule in rules_of(mutate(CASES[rule]))
+
+
+@pytest.mark.unit
+def test_rc016_only_a_service_named_vllm_with_service_links_trips():
+    """Service links name each variable after its Service: only one named vllm makes
+    VLLM_PORT; links turned off, or the Service named otherwise, pass."""
+    links_on = lambda o: o[0]["spec"]["template"]["spec"].update(enableServiceLinks=True)  # noqa: E731
+    assert "RC016" in rules_of(mutate(links_on))
+    renamed = mutate(lambda o: (links_on(o), o[1]["metadata"].update(name="vllm-engine")))
+    assert "RC016" not in rules_of(renamed)
+    elsewhere = mutate(lambda o: (links_on(o), o[1]["metadata"].update(namespace="other")))
+    assert "RC016" not in rules_of(elsewhere)
 
 
 @pytest.mark.unit
