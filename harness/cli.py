@@ -635,10 +635,23 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="serve this Service through an nginx ingress fed by its EndpointSlices",
     )
+    p.add_argument(
+        "--vllm",
+        action="store_true",
+        help="also run real vLLM (scripts/build-vllm's CPU build) as the Deployment vllm, "
+        "2 replicas, served through an ingress",
+    )
+    p.add_argument(
+        "--vllm-shutdown-timeout",
+        type=float,
+        default=0,
+        help="the vllm pods' --shutdown-timeout (default 0, vLLM's own: abort at SIGTERM)",
+    )
 
     def run(ns: argparse.Namespace) -> int:
 
         from harness.cluster.kubelocal import ControlPlaneError, ImageError, KubeLocal, NodeError
+        from harness.engines.vllm import EngineUnavailable
 
         run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
         kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node)
@@ -650,10 +663,12 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
             print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
             if ns.service:
                 print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
+            if ns.vllm:
+                _kube_local_vllm(kl, ns.namespace, ns.vllm_shutdown_timeout)
             print("Ctrl-C stops the control plane and every pod", flush=True)
             while True:
                 time.sleep(1)
-        except (ControlPlaneError, ImageError, NodeError) as exc:
+        except (ControlPlaneError, ImageError, NodeError, EngineUnavailable) as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: control plane and pods", flush=True)
@@ -662,6 +677,21 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
             kl.stop()
 
     p.set_defaults(func=run)
+
+
+def _kube_local_vllm(kl, namespace: str, shutdown_timeout_s: float) -> None:
+    """Apply real vLLM's Deployment and say how to run the scenarios against it."""
+    from harness.cluster.kubelocal.vllm import vllm_objects
+
+    kl.apply_objects(vllm_objects(shutdown_timeout_s=shutdown_timeout_s), namespace)
+    url = kl.ingress("vllm", namespace).url
+    print(f"vllm: gateway {url} (its pods start in a minute or two)", flush=True)
+    print(
+        f"  pytest scenarios -k 'drain and pod' --target kube --kubeconfig={kl.kubeconfig}"
+        f" --set engine.kind=vllm --set load.model=m --set kube.namespace={namespace}"
+        f" --set kube.deployment=vllm --set kube.gateway_url={url}",
+        flush=True,
+    )
 
 
 def _kube_restore(sub: argparse._SubParsersAction) -> None:

@@ -213,13 +213,15 @@ def scenario(request, rollcheck_config, target, run_dir):
 
 
 def _calibrated(config: pytest.Config, cfg, target):
-    """With real engines on the local target (slo.calibrate), the config with the SLOs
-    this machine is judged by, measured once a session on the first scenario's engine,
-    and the calibration (harness/calibration.py); otherwise the config as it is, and None."""
+    """With real engines on the local target, or slo.calibrate=always on any target (real
+    vLLM pods on kube-local's CPUs), the config with the SLOs this machine is judged by,
+    measured once a session on the first scenario's engine, and the calibration
+    (harness/calibration.py); otherwise the config as it is, and None."""
     import dataclasses
 
-    wanted = {"always": True, "never": False}.get(cfg.slo.calibrate, cfg.engine.kind == "vllm")
-    if config.getoption("target") != "local" or not wanted or cfg.kube.dry_run:
+    auto = cfg.engine.kind == "vllm" and config.getoption("target") == "local"
+    wanted = {"always": True, "never": False}.get(cfg.slo.calibrate, auto)
+    if not wanted or cfg.kube.dry_run:
         return cfg, None
     if calibration_key not in config.stash:
         config.stash[calibration_key] = _calibrate(config, cfg, target)

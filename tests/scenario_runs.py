@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_scenarios(
-    reports_dir: Path, select: str, *sets: str, options: tuple[str, ...] = ()
+    reports_dir: Path,
+    select: str,
+    *sets: str,
+    options: tuple[str, ...] = (),
+    timeout_s: float = 600,
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """The pytest process and the summary.json of every scenario run it wrote."""
     args = [
@@ -30,6 +34,6 @@ def run_scenarios(
     ]
     for s in sets:
         args += ["--set", s]
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     summaries = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("*/*/summary.json"))]
     return proc, summaries

@@ -178,7 +178,8 @@ class Slo:
     itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
     # measure an engine before the session's first scenario and judge TTFT by what this
     # machine can do (harness/calibration.py): auto (real engines on the local target),
-    # always (any engine on the local target), never ("on"/"off" would read as YAML booleans)
+    # always (any engine, any target: real vLLM pods on kube-local's CPUs), never
+    # ("on"/"off" would read as YAML booleans)
     calibrate: str = "auto"
 
     def validate(self) -> None:

@@ -232,6 +232,10 @@ class KubeLocal:
     def apply(self, path: Path, namespace: str = "default") -> None:
         utils.create_from_yaml(self.api, str(path), namespace=namespace)
 
+    def apply_objects(self, objs: list[dict], namespace: str = "default") -> None:
+        for obj in objs:
+            utils.create_from_dict(self.api, obj, namespace=namespace)
+
     def ingress(
         self,
         service: str,

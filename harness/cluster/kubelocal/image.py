@@ -146,6 +146,9 @@ def _stage(files: dict[str, Path], root: Path) -> None:
     exe = Path(os.path.realpath(sys.executable))
     for name in ("python3", "python"):  # the entrypoint's name, on PATH in the image
         (root / "usr/bin" / name).symlink_to(exe)
+        # and beside the interpreter, as installed: a virtualenv made with this Python
+        # (real vLLM's, mounted into its pods) links bin/python3 there
+        (root / str(exe.parent / name).lstrip("/")).symlink_to(exe.name)
     for link, target in MERGED.items():
         (root / link.lstrip("/")).symlink_to(target.lstrip("/"))
     for d in ("tmp", "etc", "proc", "sys", "dev", "var/run"):

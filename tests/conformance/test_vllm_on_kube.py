@@ -1,0 +1,105 @@
+"""Real vLLM on real Kubernetes: scripts/build-vllm's CPU build as pods that kube-local's
+kubelets run (harness/cluster/kubelocal/vllm.py), drained as a user drains a deployment
+before an engine upgrade (`pytest -k "drain and pod" --target kube`). With vLLM's own
+shutdown timeout (0) the answers in flight at SIGTERM are cut and the drain FAILs; with
+a drain timeout that covers them it PASSes. Two engine pods at a time and the one that
+replaces the drained pod (about 13 GB): one Deployment, then the other."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from harness.cluster.kubelocal.vllm import vllm_objects
+from harness.engines import vllm
+from tests.kube.conftest import is_ready, wait_for
+from tests.scenario_runs import run_scenarios
+
+REPLICAS = 2
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    """kube-local of its own (the kube tier's runs the simulator; this one stops when the
+    module ends and frees its memory): fails with one line when a part is missing."""
+    from harness.cluster.kubelocal import ControlPlaneError, KubeLocal, NodeError
+
+    vllm.check_memory(REPLICAS + 1)
+    kl = KubeLocal(tmp_path_factory.mktemp("kube-vllm"), gpus_per_node=4)
+    try:
+        kl.start()
+    except (ControlPlaneError, NodeError) as exc:
+        pytest.fail(f"kube-local: {exc}", pytrace=False)
+    yield kl
+    kl.stop()
+
+
+def engine_pods(core, ns: str) -> list:
+    return [p for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None]
+
+
+@pytest.fixture
+def deployed(kube, request):
+    """Real vLLM (shutdown timeout from the test's parameter) in a namespace of its own,
+    served by an ingress; the namespace goes, and its pods with it, before the next."""
+    shutdown_timeout_s = request.param
+    core = client.CoreV1Api(kube.api)
+    ns = f"vllm-shutdown-{shutdown_timeout_s}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    try:
+        wait_for(lambda: core.list_namespaced_service_account(ns).items, 30, "a service account")
+        kube.apply_objects(vllm_objects(shutdown_timeout_s=shutdown_timeout_s), ns)
+        # a start is about a minute here, minutes with a cold compile cache
+        wait_for(
+            lambda: sum(is_ready(p) for p in engine_pods(core, ns)) == REPLICAS,
+            900,
+            "the vllm pods to be Ready",
+            poll_s=1,
+        )
+        yield ns, kube.ingress("vllm", ns)
+    finally:
+        kube.stop_ingresses(ns)
+        core.delete_namespace(ns)
+        wait_for(lambda: not core.list_namespaced_pod(ns).items, 120, "the vllm pods to go")
+
+
+@pytest.mark.parametrize(
+    "deployed, verdict",
+    [(0, "fail"), (20, "pass")],
+    ids=["vllm-default-shutdown-timeout", "shutdown-timeout-covers-the-answers"],
+    indirect=["deployed"],
+)
+def test_a_pod_drain_of_real_vllm(kube, deployed, verdict, tmp_path):
+    ns, ingress = deployed
+    r, summaries = run_scenarios(
+        tmp_path / "reports",
+        "drain and pod",
+        "engine.kind=vllm",  # the real engine's time scale (harness/cluster/config.py)
+        "load.model=m",
+        "slo.calibrate=always",  # TTFT judged by what these CPUs do, measured first
+        f"kube.namespace={ns}",
+        "kube.deployment=vllm",
+        f"replicas={REPLICAS}",
+        f"kube.gateway_url={ingress.url}",
+        f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]",
+        options=("--target", "kube", f"--kubeconfig={kube.kubeconfig}"),
+        timeout_s=1200,
+    )
+    out = r.stdout[-4000:] + r.stderr[-2000:]
+    assert len(summaries) == 1, out
+    (summary,) = summaries
+    checks = {c["name"]: c for c in summary["checks"]}
+    not_passing = {
+        n: (c["status"], c.get("observed")) for n, c in checks.items() if c["status"] != "pass"
+    }
+    assert summary["verdict"] == verdict, (not_passing, out)
+    assert r.returncode == (0 if verdict == "pass" else 1), out
+    assert summary["attribution"]["traced"] > 0  # streams traced to the drained pod
+    if verdict == "fail":
+        # vLLM's default: the answers in flight at SIGTERM are cut, not finished
+        assert checks["in_flight_streams_finish"]["status"] == "fail", not_passing
+        assert summary["outcomes"]["complete"] < summary["requests"]
+    else:
+        assert checks["in_flight_streams_finish"]["status"] == "pass"
+        assert checks["recovery_time"]["status"] == "pass"
+    print(f"{verdict}: {summary['requests']} requests, outcomes {summary['outcomes']}")
