@@ -12,14 +12,11 @@ from pathlib import Path
 
 from kubernetes import client
 
-from benchmarks.bench_kube import rss_mb, wait
+from benchmarks.bench_kube import _ready, rss_mb, wait
 from harness.cluster.kubelocal import KubeLocal
 from harness.cluster.kubelocal.node import _container_pids
 from harness.cluster.kubelocal.vllm import vllm_objects
-
-
-def _ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+from harness.proc import children, cmdline
 
 
 def _tree(pid: int) -> list[int]:
@@ -28,8 +25,7 @@ def _tree(pid: int) -> list[int]:
     while todo:
         p = todo.pop()
         out.append(p)
-        for child in Path(f"/proc/{p}/task/{p}/children").read_text().split():
-            todo.append(int(child))
+        todo += children(p)
     return out
 
 
@@ -55,7 +51,7 @@ def main() -> None:
                     pid
                     for n in kl.nodes
                     for pid in _container_pids(n.dir / "runc")
-                    if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if "vllm" in cmdline(pid)
                 ]
                 for pid in engines:
                     print(f"  pod engine {pid}: {rss_mb(_tree(pid)):.0f} MB resident")

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from harness.cluster.kubelocal.vllm import vllm_objects
 from harness.engines import vllm
-from tests.kube.conftest import is_ready, wait_for
+from tests.kube.conftest import create_namespace, ready_pods, start_kube_local, wait_for
 from tests.scenario_runs import run_scenarios
 
 REPLICAS = 2
@@ -21,21 +21,11 @@ REPLICAS = 2
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory):
     """kube-local of its own (the kube tier's runs the simulator; this one stops when the
-    module ends and frees its memory): fails with one line when a part is missing."""
-    from harness.cluster.kubelocal import ControlPlaneError, KubeLocal, NodeError
-
+    module ends and frees its memory)."""
     vllm.check_memory(REPLICAS + 1)
-    kl = KubeLocal(tmp_path_factory.mktemp("kube-vllm"), gpus_per_node=4)
-    try:
-        kl.start()
-    except (ControlPlaneError, NodeError) as exc:
-        pytest.fail(f"kube-local: {exc}", pytrace=False)
+    kl = start_kube_local(tmp_path_factory.mktemp("kube-vllm"), gpus_per_node=4)
     yield kl
     kl.stop()
-
-
-def engine_pods(core, ns: str) -> list:
-    return [p for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None]
 
 
 @pytest.fixture
@@ -45,13 +35,12 @@ def deployed(kube, request):
     shutdown_timeout_s = request.param
     core = client.CoreV1Api(kube.api)
     ns = f"vllm-shutdown-{shutdown_timeout_s}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    create_namespace(kube, ns)
     try:
-        wait_for(lambda: core.list_namespaced_service_account(ns).items, 30, "a service account")
         kube.apply_objects(vllm_objects(shutdown_timeout_s=shutdown_timeout_s), ns)
         # a start is about a minute here, minutes with a cold compile cache
         wait_for(
-            lambda: sum(is_ready(p) for p in engine_pods(core, ns)) == REPLICAS,
+            lambda: len(ready_pods(kube, ns)) == REPLICAS,
             900,
             "the vllm pods to be Ready",
             poll_s=1,

@@ -19,17 +19,23 @@ _ns = itertools.count()
 SIM_IMAGE = "localhost/rollcheck/sim"
 
 
-@pytest.fixture(scope="session")
-def kube_local(tmp_path_factory):
-    """Real nodes: a machine without root, containerd, runc, the CNI plugins or Go fails
-    here with the one line that says what is missing, never a skip."""
+def start_kube_local(folder: Path, **kwargs):
+    """A started KubeLocal, once every node is Ready with its GPUs. Real nodes: a machine
+    without root, containerd, runc, the CNI plugins or Go fails the test with the one
+    line that says what is missing, never a skip."""
     from harness.cluster.kubelocal import ControlPlaneError, KubeLocal, NodeError
 
-    kl = KubeLocal(tmp_path_factory.mktemp("kube-local"), gpus_per_node=64)
+    kl = KubeLocal(folder, **kwargs)
     try:
-        kl.start()  # returns once every node is Ready with its GPUs
+        kl.start()
     except (ControlPlaneError, NodeError) as exc:
         pytest.fail(f"kube-local: {exc}", pytrace=False)
+    return kl
+
+
+@pytest.fixture(scope="session")
+def kube_local(tmp_path_factory):
+    kl = start_kube_local(tmp_path_factory.mktemp("kube-local"), gpus_per_node=64)
     _cluster_state.kl = kl
     yield kl
     kl.stop()
@@ -92,12 +98,18 @@ def sim_objects(**changes) -> list[dict]:
     return objs
 
 
+def create_namespace(kube_local, name: str) -> None:
+    """A namespace, once its default service account exists (pods wait for it)."""
+    core = client.CoreV1Api(kube_local.api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: _has_default_sa(core, name), 30, "the default service account")
+
+
 @pytest.fixture
 def namespace(kube_local):
     core = client.CoreV1Api(kube_local.api)
     name = f"t{next(_ns)}-{int(time.time()) % 10000}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_for(lambda: _has_default_sa(core, name), 30, "the default service account")
+    create_namespace(kube_local, name)
     yield name
     kube_local.stop_ingresses(name)
     core.delete_namespace(name)  # its pods terminate and free their GPUs
@@ -109,13 +121,6 @@ def _has_default_sa(core, ns) -> bool:
         return True
     except client.ApiException:
         return False
-
-
-def apply(kube_local, namespace: str, objs: list[dict]) -> None:
-    from kubernetes import utils
-
-    for obj in objs:
-        utils.create_from_dict(kube_local.api, obj, namespace=namespace)
 
 
 def wait_pdb_healthy(kube_local, namespace: str, n: int) -> None:

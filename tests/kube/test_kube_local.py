@@ -13,7 +13,6 @@ from harness.client import chat_payload, make_client, stream_request
 from harness.streams import Thresholds
 from tests.kube.conftest import (
     ROOT,
-    apply,
     is_ready,
     ready_pods,
     sim_objects,
@@ -32,7 +31,7 @@ def test_api_answers_and_nodes_are_ready(kube_local):
 
 
 def test_deploy_sim_serves_streams_through_the_gateway(kube_local, namespace):
-    apply(kube_local, namespace, sim_objects())
+    kube_local.apply_objects(sim_objects(), namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "2 ready pods")
     ingress = kube_local.ingress("rollcheck-sim", namespace)
     th = Thresholds(stall_timeout_s=5)
@@ -94,7 +93,7 @@ def test_deletion_runs_prestop_then_sigterm_then_sigkill_at_the_grace_period(kub
     c["lifecycle"]["preStop"]["exec"]["command"] = [
         "sh", "-c", "echo preStop started > /proc/1/fd/2; sleep 1",
     ]  # fmt: skip
-    apply(kube_local, namespace, objs)
+    kube_local.apply_objects(objs, namespace)
     wait_for(lambda: ready_pods(kube_local, namespace), 60, "a ready pod")
     pod = ready_pods(kube_local, namespace)[0].metadata.name
     core = client.CoreV1Api(kube_local.api)
@@ -129,7 +128,7 @@ def test_a_liveness_failure_restarts_the_container(kube_local, namespace):
     c = objs[0]["spec"]["template"]["spec"]["containers"][0]
     del c["startupProbe"]
     c["livenessProbe"] |= {"periodSeconds": 1, "failureThreshold": 2}
-    apply(kube_local, namespace, objs[:1])
+    kube_local.apply_objects(objs[:1], namespace)
     core = client.CoreV1Api(kube_local.api)
 
     def restarted():
@@ -150,7 +149,7 @@ def test_a_crash_loop_backs_off_10_s_then_20_s(kube_local, namespace):
     """An engine that exits at start: CrashLoopBackOff, the back-off doubling from 10 s,
     as the kubelet says in the container's waiting state and its BackOff events."""
     objs = sim_objects(replicas=1, args=["--no-such-flag"])
-    apply(kube_local, namespace, objs[:1])
+    kube_local.apply_objects(objs[:1], namespace)
     core = client.CoreV1Api(kube_local.api)
     seen: list[str] = []
 
@@ -170,7 +169,7 @@ def test_a_crash_loop_backs_off_10_s_then_20_s(kube_local, namespace):
 
 
 def test_rollout_follows_max_surge_and_max_unavailable(kube_local, namespace):
-    apply(kube_local, namespace, sim_objects(replicas=3))
+    kube_local.apply_objects(sim_objects(replicas=3), namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 3, 60, "3 ready pods")
     core = client.CoreV1Api(kube_local.api)
     apps = client.AppsV1Api(kube_local.api)
@@ -213,7 +212,7 @@ def test_rollout_follows_max_surge_and_max_unavailable(kube_local, namespace):
 
 
 def test_eviction_that_breaks_the_pdb_gets_429(kube_local, namespace):
-    apply(kube_local, namespace, sim_objects(replicas=2, pdb_min=2))
+    kube_local.apply_objects(sim_objects(replicas=2, pdb_min=2), namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "2 ready pods")
     wait_pdb_healthy(kube_local, namespace, 2)
     pod = ready_pods(kube_local, namespace)[0].metadata.name
@@ -224,7 +223,7 @@ def test_eviction_that_breaks_the_pdb_gets_429(kube_local, namespace):
 
 
 def test_scale_to_zero_and_back(kube_local, namespace):
-    apply(kube_local, namespace, sim_objects(replicas=2, pdb_min=0))
+    kube_local.apply_objects(sim_objects(replicas=2, pdb_min=0), namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "2 ready pods")
     apps = client.AppsV1Api(kube_local.api)
     core = client.CoreV1Api(kube_local.api)
@@ -241,7 +240,7 @@ def test_an_image_that_was_not_imported_cannot_be_pulled_and_nothing_leaves_the_
     machine that refuses, so the pod waits in ErrImagePull / ImagePullBackOff."""
     objs = sim_objects(replicas=1)
     objs[0]["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.27"
-    apply(kube_local, namespace, objs[:1])
+    kube_local.apply_objects(objs[:1], namespace)
     core = client.CoreV1Api(kube_local.api)
 
     def waiting():
@@ -268,7 +267,7 @@ def test_a_pod_ip_answers_through_its_bridge_and_the_pod_has_no_default_route(
 
     import httpx
 
-    apply(kube_local, namespace, sim_objects(replicas=1, pdb_min=0))
+    kube_local.apply_objects(sim_objects(replicas=1, pdb_min=0), namespace)
     wait_for(lambda: ready_pods(kube_local, namespace), 60, "a ready pod")
     pod = ready_pods(kube_local, namespace)[0]
     node = next(n for n in kube_local.nodes if n.name == pod.spec.node_name)

@@ -17,7 +17,7 @@ from harness.cluster import EvictionRefused, TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget, kube_target
 from harness.proc import free_port
-from tests.kube.conftest import apply, ready_pods, sim_objects, wait_for, wait_pdb_healthy
+from tests.kube.conftest import ready_pods, sim_objects, wait_for, wait_pdb_healthy
 from tests.scenario_runs import run_scenarios
 
 
@@ -29,7 +29,7 @@ def deployed(kube_local, namespace):
         objs = sim_objects(replicas=replicas, pdb_min=pdb_min)
         if not opt_in:
             del objs[0]["metadata"]["labels"][OPT_IN]
-        apply(kube_local, namespace, objs)
+        kube_local.apply_objects(objs, namespace)
         wait_for(lambda: len(ready_pods(kube_local, namespace)) == replicas, 60, "ready pods")
         return kube_local.ingress("rollcheck-sim", namespace, access_format=access_format)
 
@@ -320,7 +320,7 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
 ):
     """No evidence, no pass: without gateway logs streams cannot be traced to pods, and
     a drain that aborts them must fail all the same (it used to pass, 0 of 0)."""
-    apply(kube_local, namespace, sim_objects(replicas=2, pdb_min=1, args=args))
+    kube_local.apply_objects(sim_objects(replicas=2, pdb_min=1, args=args), namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "ready pods")
     ingress = kube_local.ingress("rollcheck-sim", namespace)
     sets = [
@@ -858,7 +858,7 @@ def test_startup_without_a_startup_probe_is_a_real_crash_loop_and_is_rolled_back
     c = objs[0]["spec"]["template"]["spec"]["containers"][0]
     del c["startupProbe"]
     c["livenessProbe"] |= {"periodSeconds": 1, "failureThreshold": 3}
-    apply(kube_local, namespace, objs)
+    kube_local.apply_objects(objs, namespace)
     wait_for(lambda: len(ready_pods(kube_local, namespace)) == 2, 60, "ready pods")
     ingress = kube_local.ingress("rollcheck-sim", namespace)
     r, (summary,) = run_scenarios(
