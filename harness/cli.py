@@ -688,7 +688,8 @@ def _kube_local_vllm(kl, namespace: str, shutdown_timeout_s: float) -> None:
     print(f"vllm: gateway {url} (its pods start in a minute or two)", flush=True)
     print(
         f"  pytest scenarios -k 'drain and pod' --target kube --kubeconfig={kl.kubeconfig}"
-        f" --set engine.kind=vllm --set load.model=m --set kube.namespace={namespace}"
+        f" --set engine.kind=vllm --set load.model=m --set slo.calibrate=always"
+        f" --set kube.namespace={namespace}"
         f" --set kube.deployment=vllm --set kube.gateway_url={url}",
         flush=True,
     )

@@ -41,8 +41,7 @@ def vllm_objects(
     serve` on a locally built model; shutdown_timeout_s 0 is vLLM's default (abort at
     SIGTERM). EngineUnavailable (with the command to run) when vLLM is not installed."""
     venv, model_dir = vllm.venv(), vllm.model_dir(model)
-    caches = vllm.cache_dir() / "pod-caches"
-    caches.mkdir(parents=True, exist_ok=True)
+    caches = vllm.cache_dir() / "pod-caches"  # the kubelet makes it (DirectoryOrCreate)
     command = vllm.serve_command(
         "0.0.0.0",
         PORT,
@@ -70,7 +69,7 @@ def vllm_objects(
     ]
     volumes = [{"name": k, "hostPath": {"path": str(p)}} for k, p in read_only.items()]
     volumes += [
-        {"name": "caches", "hostPath": {"path": str(caches)}},
+        {"name": "caches", "hostPath": {"path": str(caches), "type": "DirectoryOrCreate"}},
         {"name": "home", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
