@@ -18,7 +18,13 @@ from harness.cluster.kubelocal.controlplane import (
     kubeconfig_text,
 )
 from harness.cluster.kubelocal.image import IMAGE, sim_image
-from harness.cluster.kubelocal.node import Node, NodeError, check_host, clean_leftovers
+from harness.cluster.kubelocal.node import (
+    Node,
+    NodeError,
+    check_host,
+    clean_leftovers,
+    socket_identity,
+)
 from harness.cluster.local.nginx import Nginx
 from harness.events import EventLog
 from harness.files import write_atomic
@@ -189,7 +195,9 @@ class KubeLocal:
                 kubeconfig,
                 kubeconfig_text(self.control_plane.server, {"ca.crt": pki / "ca.crt"}, (crt, key)),
             )
+            before = socket_identity()
             node.start_kubelet(kubeconfig)
+            node.wait_device_plugin_socket(before)  # one at a time: DEVICE_PLUGIN_SOCKET
         self._wait_nodes_ready()
         self.timings["nodes_ready_s"] = time.monotonic() - t
 

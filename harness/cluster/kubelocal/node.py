@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -36,6 +37,12 @@ from harness.proc import PID_DIR, pid_alive, stop_group
 from harness.waits import wait_until
 
 CNI_BIN = Path("/usr/lib/cni")
+# The device manager's socket: the one kubelet path outside --root-dir that every kubelet
+# on this machine binds (the kubelet's own constant). Each empties the folder, then
+# listens: two started together both emptied it and the second's bind failed ("bind:
+# address already in use", seen in CI), so a node's kubelet is started once the one
+# before it has bound its socket.
+DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 SOCKETS = Path("/run/rollcheck")
 SUBNET = "10.244.{index}"
 BRIDGE = "rollcheck{index}"
@@ -387,6 +394,19 @@ class Node:
             ],
         )
 
+    def wait_device_plugin_socket(self, before: tuple[int, int] | None, timeout_s=60) -> None:
+        """Until this node's kubelet has made the shared device-plugin socket anew (not the
+        file `before`, the one there when it started: see DEVICE_PLUGIN_SOCKET)."""
+
+        def bound() -> bool:
+            now = socket_identity()
+            if now is None or now == before:
+                return False
+            with socket.socket(socket.AF_UNIX) as s:
+                return s.connect_ex(str(DEVICE_PLUGIN_SOCKET)) == 0
+
+        self._wait(bound, "kubelet", timeout_s)
+
     def _spawn(self, name: str, cmd: list[str], env: dict | None = None) -> None:
         proc = self.procs[name] = spawn_logged(self.dir / f"{name}.log", cmd, env)
         self.left.pid(name, [proc.pid, _start_time(proc.pid)])
@@ -544,3 +564,12 @@ authorization:
   mode: Webhook
 shutdownGracePeriod: 0s
 """
+
+
+def socket_identity() -> tuple[int, int] | None:
+    """The device-plugin socket file's inode and change time, None while there is none."""
+    try:
+        st = DEVICE_PLUGIN_SOCKET.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_ctime_ns
