@@ -16,7 +16,9 @@ with their connection. The API key's value is removed from every record.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -36,6 +38,27 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's one TLS context, with the CA bundle. httpx builds a new one for every
+    client it makes, and httpx.get makes a client per call: about 20 ms of CPU loading the
+    bundle each time, and on a machine with more runnable work than cores a poll loop was
+    measured stuck in it for up to 21 s (docs/facts.md, "Polling on a busy machine")."""
+    return httpx.create_ssl_context()
+
+
+def http_get(url: str, timeout: float, **kw) -> httpx.Response:
+    """httpx.get, without a new TLS context per call (tls_context): for polls."""
+    kw.setdefault("verify", tls_context())
+    return httpx.get(url, timeout=timeout, **kw)
+
+
+def http_post(url: str, timeout: float, **kw) -> httpx.Response:
+    """httpx.post, without a new TLS context per call (tls_context)."""
+    kw.setdefault("verify", tls_context())
+    return httpx.post(url, timeout=timeout, **kw)
+
+
 def make_client(stall_timeout_s: float, max_connections: int = 1000, **settings) -> httpx.Client:
     """settings: more httpx.Client arguments (verify, cert, headers) for a pod reached
     through the Kubernetes API server. No connection is kept idle for reuse: a server whose
@@ -44,7 +67,7 @@ def make_client(stall_timeout_s: float, max_connections: int = 1000, **settings)
     return httpx.Client(
         timeout=httpx.Timeout(stall_timeout_s, connect=min(CONNECT_TIMEOUT_S, stall_timeout_s)),
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
-        **settings,
+        **{"verify": tls_context(), **settings},
     )
 
 

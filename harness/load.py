@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 import loadgen
+from harness.client import http_get, http_post
 from harness.config import ConfigError
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
@@ -97,7 +98,7 @@ class LoadRun:
         except ValueError as exc:
             raise LoadError(str(exc)) from None
         try:
-            r = httpx.post(target, json={"messages": []}, headers=headers, timeout=5.0)
+            r = http_post(target, json={"messages": []}, headers=headers, timeout=5.0)
         except httpx.HTTPError as exc:
             raise LoadError(
                 f"target {self.url} is unreachable ({type(exc).__name__}); "
@@ -122,7 +123,7 @@ class LoadRun:
         """The answers asked for fit the model's context (max_model_len, which vLLM reports
         in /v1/models): one that does not is refused with a 400 on every request."""
         try:
-            r = httpx.get(self.url + "/v1/models", headers=headers, timeout=5.0)
+            r = http_get(self.url + "/v1/models", headers=headers, timeout=5.0)
             cards = r.json().get("data") if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get
 from harness.files import write_atomic
 from harness.sim.settings import SimSettings, to_args
 from harness.waits import wait_until
@@ -66,7 +67,7 @@ def wait_http(url: str, timeout_s: float = 15.0, proc: subprocess.Popen | None =
 
     def answers_200() -> bool:
         try:
-            r = httpx.get(url, timeout=1.0)
+            r = http_get(url, timeout=1.0)
             last[0] = f"HTTP {r.status_code}"
             return r.status_code == 200
         except httpx.HTTPError as exc:

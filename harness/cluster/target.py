@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get
 from harness.errors import RollcheckError
 from harness.events import Event
 from harness.waits import wait_until
@@ -274,7 +275,7 @@ class Target(abc.ABC):
 
         def serving() -> bool:
             try:
-                r = httpx.get(self.gateway_url + "/v1/models", headers=headers, timeout=2)
+                r = http_get(self.gateway_url + "/v1/models", headers=headers, timeout=2)
                 return r.status_code == 200
             except httpx.HTTPError:
                 return False

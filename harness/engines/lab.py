@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get, tls_context
 from harness.engines import startup, vllm
 from harness.proc import free_port
 from harness.streams import End, StreamRecord, Thresholds, judge_bytes
@@ -152,7 +153,7 @@ def _start(kind: str, log_dir: Path, **flags) -> Engine:
 
     def healthy() -> bool:
         try:
-            status = httpx.get(engine.url + "/health", timeout=2).status_code
+            status = http_get(engine.url + "/health", timeout=2).status_code
         except httpx.ConnectError:
             status = "refused"
         except httpx.HTTPError as exc:
@@ -203,7 +204,8 @@ class Reader(threading.Thread):
     def run(self) -> None:
         timeout = httpx.Timeout(60, read=self.read_timeout_s)
         try:
-            with httpx.stream("POST", self.url + CHAT, json=self.payload, timeout=timeout) as r:
+            post = dict(json=self.payload, timeout=timeout, verify=tls_context())
+            with httpx.stream("POST", self.url + CHAT, **post) as r:
                 self.status, self.headers_at = r.status_code, time.monotonic()
                 self.content_type = r.headers.get("content-type")
                 for chunk in r.iter_raw():
@@ -288,7 +290,7 @@ def fingerprint(r: Reader) -> str | None:
 
 def gauges(engine: Engine, timeout_s: float = METRICS_TIMEOUT_S) -> tuple[float, float]:
     """(running, waiting) by the engine's own metrics."""
-    text = httpx.get(engine.url + "/metrics", timeout=timeout_s).text
+    text = http_get(engine.url + "/metrics", timeout=timeout_s).text
     value = lambda name: next(  # noqa: E731
         float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{")
     )

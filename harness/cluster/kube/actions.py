@@ -11,6 +11,7 @@ import httpx
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from harness.client import http_get
 from harness.cluster import (
     CannotRun,
     EvictionRefused,
@@ -249,7 +250,7 @@ class Actions:
                     continue
                 url = f"http://{ip}:{self.port}/{path}"
                 try:
-                    r = httpx.get(url, timeout=2.0, headers=self.auth_headers())
+                    r = http_get(url, timeout=2.0, headers=self.auth_headers())
                 except httpx.HTTPError as exc:
                     tried.append(f"pod IP {ip}:{self.port}: {type(exc).__name__}")
                     continue
@@ -313,7 +314,7 @@ class Actions:
         url = f"http://{ip}:{self.port}"
         headers = self.auth_headers()
         try:
-            r = httpx.get(url + "/health", timeout=1.0, headers=headers)
+            r = http_get(url + "/health", timeout=1.0, headers=headers)
         except httpx.HTTPError:
             return None  # unroutable from here, as pod IPs usually are outside a cluster
         if r.status_code == 404:  # not the engine

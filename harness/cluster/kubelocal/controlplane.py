@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from harness.client import http_get
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
@@ -244,7 +245,7 @@ class ControlPlane:
         )
         self._wait(
             lambda: (
-                httpx.get(f"http://127.0.0.1:{etcd_client}/health", timeout=1).status_code == 200
+                http_get(f"http://127.0.0.1:{etcd_client}/health", timeout=1).status_code == 200
             ),
             "etcd",
             timeout_s,

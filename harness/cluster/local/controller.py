@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get
 from harness.cluster import EvictionRefused, PodView
 from harness.cluster.config import RunConfig
 from harness.cluster.local.kubelet import PodRunner, PodSpec
@@ -397,7 +398,7 @@ def _scale_down_order(pods: list[PodRunner]) -> list[PodRunner]:
 def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:
     """A pod's /metrics, summed per metric name (labels dropped)."""
     try:
-        text = httpx.get(f"http://{address}/metrics", timeout=timeout_s).text
+        text = http_get(f"http://{address}/metrics", timeout=timeout_s).text
     except httpx.HTTPError:
         return {}
     return parse_metrics(text)

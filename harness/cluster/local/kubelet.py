@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get
 from harness.cluster.config import PodSettings, Probe
 from harness.engines.startup import StartGate
 from harness.files import open_append
@@ -247,7 +248,7 @@ class PodRunner(threading.Thread):
 
     def _probe(self, probe: Probe) -> bool:
         try:
-            r = httpx.get(f"http://{self.spec.address}{probe.path}", timeout=probe.timeout_s)
+            r = http_get(f"http://{self.spec.address}{probe.path}", timeout=probe.timeout_s)
             return 200 <= r.status_code < 400
         except httpx.HTTPError:
             return False

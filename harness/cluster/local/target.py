@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.client import http_get
 from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying, strategy_changes
 from harness.cluster.config import RunConfig, Strategy
 from harness.cluster.local.controller import Controller, Template, scrape
@@ -130,7 +131,7 @@ class LocalTarget(Target):
     def pod_health(self, name: str) -> int | None:
         try:
             address = self.controller.pod(name).spec.address
-            return httpx.get(f"http://{address}/health", timeout=0.5).status_code
+            return http_get(f"http://{address}/health", timeout=0.5).status_code
         except (KeyError, httpx.HTTPError):
             return None
 
