@@ -31,6 +31,11 @@ FOLDER_TIERS = {"kube": "kube", "conformance": "engine", "e2e": "e2e"}
 def pytest_configure(config):
     for name, what in TIERS.items():
         config.addinivalue_line("markers", f"{name}: tier: {what}")
+    config.addinivalue_line(
+        "markers",
+        "alone: compares timings of runs made minutes apart, so scripts/run test runs it "
+        "with the engine tier, beside no other test",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
