@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.client import chat_payload, make_client, stream_request
+from harness.client import chat_payload, http_get, make_client, stream_request, tls_context
 from harness.streams import Thresholds
 from tests.hostile import read_request
 from tests.streamcases import CASES, Case
@@ -101,6 +101,29 @@ def test_client_reaches_the_rule_table_verdict(server, case: Case, mode):
     assert record.outcome == case.outcome, record.error
     assert record.flags == case.flags
     assert record.status == case.status
+
+
+def test_polls_and_stream_clients_do_not_load_the_ca_bundle_each_time(server, monkeypatch):
+    """httpx builds a TLS context, reading the whole CA bundle, for every client it makes,
+    http:// or not; on a busy machine that took up to 21 s inside a poll with a 0.5 s
+    timeout (docs/facts.md). rollcheck's polls and stream clients share one context."""
+    import ssl
+
+    import httpx
+
+    tls_context()  # the process's one, built before the count starts
+    built = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(
+        ssl, "create_default_context", lambda *a, **kw: built.append(1) or real(*a, **kw)
+    )
+    path = f"/case/{CASES[0].name}/whole"
+    for _ in range(3):
+        assert http_get(server + path, timeout=5).status_code == CASES[0].status
+        assert fetch(server, path).status == CASES[0].status
+    assert built == []
+    httpx.get(server + path, timeout=5)  # what the polls were: a new context per call
+    assert built == [1]
 
 
 def test_close_during_headers_is_connect_error(server):
