@@ -311,9 +311,9 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
     on the wire, it has its headers, no byte for 2 s, while `running` keeps streaming (a
     loaded API server can take seconds to hand a request to the scheduler). Returns which
     evidence was seen; fails with both requests' state and the engine's.
-    /metrics is asked with a short timeout: a busy API server can take seconds to answer
-    it, and a poll that waits that long lets the wire evidence go by while `queued`'s own
-    silence timeout runs out (seen in CI: one poll, 5 s, and the queued request gone)."""
+    /metrics is asked with a short timeout, so a slow answer does not hold the loop while
+    `queued`'s own silence timeout runs out. (The polls that held it for 5-21 s in CI were
+    in httpx's TLS set-up, not on the wire: harness.client.tls_context.)"""
     deadline = time.monotonic() + timeout_s
     at_headers = None  # how much of the running answer had come when `queued` got headers
     problem = f"not seen queued within {timeout_s} s"
