@@ -43,7 +43,8 @@ def tls_context() -> ssl.SSLContext:
     """The process's one TLS context, with the CA bundle. httpx builds a new one for every
     client it makes, and httpx.get makes a client per call: about 20 ms of CPU loading the
     bundle each time, and on a machine with more runnable work than cores a poll loop was
-    measured stuck in it for up to 21 s (docs/facts.md, "What a client and a reader must not trust")."""
+    measured stuck in it for up to 21 s (docs/facts.md, "What a client and a reader must
+    not trust")."""
     return httpx.create_ssl_context()
 
 

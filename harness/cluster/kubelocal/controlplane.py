@@ -291,7 +291,10 @@ class ControlPlane:
                 str(pki["admin.key"]),
             ],
         )
-        self._wait(self._api_ready, "kube-apiserver", timeout_s)
+        # one TLS context for every poll: building one loads certificates (harness.client)
+        admin_tls = ssl.create_default_context(cafile=str(pki["ca.crt"]))
+        admin_tls.load_cert_chain(str(pki["admin.crt"]), str(pki["admin.key"]))
+        self._wait(lambda: self._api_ready(admin_tls), "kube-apiserver", timeout_s)
         self.timings["api_ready_s"] = time.monotonic() - t1
 
         # Both controllers serve on loopback and authenticate callers with the admin config.
@@ -343,11 +346,8 @@ class ControlPlane:
         proc = self.procs[name] = spawn_logged(self.dir / f"{name}.log", cmd)
         self.pidfile.remember(name, proc.pid)
 
-    def _api_ready(self) -> bool:
-        pki = self.dir / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-        return httpx.get(f"{self.server}/readyz", timeout=2, verify=ctx).status_code == 200
+    def _api_ready(self, tls: ssl.SSLContext) -> bool:
+        return httpx.get(f"{self.server}/readyz", timeout=2, verify=tls).status_code == 200
 
     def _wait(self, ready, name: str, timeout_s: float) -> None:
         def none_exited():
