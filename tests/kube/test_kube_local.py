@@ -428,4 +428,4 @@ def test_a_machine_without_the_node_parts_is_told_what_to_install(tmp_path, monk
     assert "\n" not in msg and "apt-get install -y" in msg, msg
     for pkg in ("containerd", "containernetworking-plugins", "iptables", "runc"):
         assert pkg in msg
-    assert kl.control_plane.procs == {}  # nothing was started
+    assert kl.control_plane.daemons.procs == {}  # nothing was started

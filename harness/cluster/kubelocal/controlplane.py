@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import signal
 import ssl
 import subprocess
 import time
@@ -24,11 +23,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from harness.client import http_get
-from harness.cluster.local.kubelet import die_with_parent
+from harness.cluster.kubelocal.daemons import Daemons
 from harness.errors import RollcheckError
-from harness.files import open_append, write_atomic
-from harness.proc import PidFile, free_port, reap_leftovers, stop_group
-from harness.waits import wait_until
+from harness.files import write_atomic
+from harness.proc import free_port, reap_leftovers
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = ROOT / "scripts" / "build-kube"
@@ -61,7 +59,7 @@ def _pem_key(key) -> bytes:
     )
 
 
-def _cert(subject, issuer, pub, sign_key, *, ca=False, sans=None, client=False):
+def _cert(subject, issuer, pub, sign_key, *, ca=False, sans=None, client=False, both=False):
     now = datetime.datetime.now(datetime.UTC)
     b = (
         x509.CertificateBuilder()
@@ -79,10 +77,10 @@ def _cert(subject, issuer, pub, sign_key, *, ca=False, sans=None, client=False):
         )
     else:
         usage = x509.oid.ExtendedKeyUsageOID
-        b = b.add_extension(
-            x509.ExtendedKeyUsage([usage.CLIENT_AUTH if client else usage.SERVER_AUTH]),
-            critical=False,
-        )
+        usages = [usage.CLIENT_AUTH if client else usage.SERVER_AUTH]
+        if both:  # mutual TLS with one certificate (KEDA's operator and adapter)
+            usages = [usage.SERVER_AUTH, usage.CLIENT_AUTH]
+        b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if sans:
         b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return b.sign(sign_key, hashes.SHA256())
@@ -128,6 +126,12 @@ def make_pki(folder: Path) -> dict[str, Path]:
     )
     write("admin.crt", admin.public_bytes(serialization.Encoding.PEM))
     write("admin.key", _pem_key(admin_key))
+    # the aggregation layer's client certificate: the API server proxies to extension API
+    # servers (KEDA's metrics API server) as this name, with the caller in X-Remote-User
+    proxy_key = _key()
+    proxy = _cert(_name("front-proxy-client"), ca_name, proxy_key.public_key(), ca_key, client=True)
+    write("front-proxy.crt", proxy.public_bytes(serialization.Encoding.PEM))
+    write("front-proxy.key", _pem_key(proxy_key))
     sa_key = _key()
     write("sa.key", _pem_key(sa_key))
     write(
@@ -145,6 +149,26 @@ def client_cert(folder: Path, name: str, cn: str, org: str) -> tuple[Path, Path]
     ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
     key = _key()
     cert = _cert(_name(cn, org), ca.subject, key.public_key(), ca_key, client=True)
+    crt, pem = folder / f"{name}.crt", folder / f"{name}.key"
+    write_atomic(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(pem, _pem_key(key))
+    pem.chmod(0o600)
+    return crt, pem
+
+
+def serving_cert(
+    folder: Path, name: str, dns: list[str], ips: list[str], client_too: bool = False
+) -> tuple[Path, Path]:
+    """A server certificate signed by the run's CA for these names and addresses (with
+    client_too, also a client one: mutual TLS with one certificate)."""
+    ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+    key = _key()
+    sans = [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
+    cert = _cert(
+        _name(dns[0] if dns else name), ca.subject, key.public_key(), ca_key, sans=sans,
+        both=client_too,
+    )  # fmt: skip
     crt, pem = folder / f"{name}.crt", folder / f"{name}.key"
     write_atomic(crt, cert.public_bytes(serialization.Encoding.PEM))
     write_atomic(pem, _pem_key(key))
@@ -175,30 +199,12 @@ current-context: rollcheck-local
 """
 
 
-def spawn_logged(log_path: Path, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
-    """A daemon of kube-local: its own process group, its output in a log file started
-    afresh, and SIGKILL if the thread that started it dies (the harness was killed)."""
-    log = open_append(log_path, binary=True, truncate=True)
-    try:
-        return subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-    finally:
-        log.close()
-
-
 # --- the control plane -----------------------------------------------------------------
 class ControlPlane:
     def __init__(self, run_dir: Path, bin_dir: Path | None = None):
         self.dir = Path(run_dir) / "kube"
         self.bin_dir = bin_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.pidfile = PidFile("kube-local")
+        self.daemons = Daemons(self.dir, "kube-local", ControlPlaneError)
         self.api_port = 0
         self.kubeconfig = self.dir / "kubeconfig"
         self.timings: dict[str, float] = {}
@@ -220,7 +226,7 @@ class ControlPlane:
         self.api_port = free_port()
         write_atomic(self.kubeconfig, kubeconfig_text(self.server, pki))
         t1 = time.monotonic()
-        self._spawn(
+        self.daemons.spawn(
             "etcd",
             [
                 str(bins / "etcd"),
@@ -243,14 +249,14 @@ class ControlPlane:
                 "--unsafe-no-fsync",
             ],
         )
-        self._wait(
+        self.daemons.wait(
             lambda: (
                 http_get(f"http://127.0.0.1:{etcd_client}/health", timeout=1).status_code == 200
             ),
             "etcd",
             timeout_s,
         )
-        self._spawn(
+        self.daemons.spawn(
             "kube-apiserver",
             [
                 str(bins / "kube-apiserver"),
@@ -289,12 +295,29 @@ class ControlPlane:
                 str(pki["admin.crt"]),
                 "--kubelet-client-key",
                 str(pki["admin.key"]),
+                # the aggregation layer, for extension API servers such as KEDA's metrics
+                # API server; routed to the Service's endpoints (there is no kube-proxy)
+                "--requestheader-client-ca-file",
+                str(pki["ca.crt"]),
+                "--requestheader-allowed-names",
+                "front-proxy-client",
+                "--requestheader-username-headers",
+                "X-Remote-User",
+                "--requestheader-group-headers",
+                "X-Remote-Group",
+                "--requestheader-extra-headers-prefix",
+                "X-Remote-Extra-",
+                "--proxy-client-cert-file",
+                str(pki["front-proxy.crt"]),
+                "--proxy-client-key-file",
+                str(pki["front-proxy.key"]),
+                "--enable-aggregator-routing=true",
             ],
         )
         # one TLS context for every poll: building one loads certificates (harness.client)
         admin_tls = ssl.create_default_context(cafile=str(pki["ca.crt"]))
         admin_tls.load_cert_chain(str(pki["admin.crt"]), str(pki["admin.key"]))
-        self._wait(lambda: self._api_ready(admin_tls), "kube-apiserver", timeout_s)
+        self.daemons.wait(lambda: self._api_ready(admin_tls), "kube-apiserver", timeout_s)
         self.timings["api_ready_s"] = time.monotonic() - t1
 
         # Both controllers serve on loopback and authenticate callers with the admin config.
@@ -314,7 +337,7 @@ class ControlPlane:
                 kc,
             ]
 
-        self._spawn(
+        self.daemons.spawn(
             "kube-controller-manager",
             [
                 str(bins / "kube-controller-manager"),
@@ -332,7 +355,7 @@ class ControlPlane:
                 "5",
             ],
         )
-        self._spawn(
+        self.daemons.spawn(
             "kube-scheduler",
             [
                 str(bins / "kube-scheduler"),
@@ -342,47 +365,14 @@ class ControlPlane:
         self.timings["start_s"] = time.monotonic() - t0
         return self
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
-        proc = self.procs[name] = spawn_logged(self.dir / f"{name}.log", cmd)
-        self.pidfile.remember(name, proc.pid)
-
     def _api_ready(self, tls: ssl.SSLContext) -> bool:
         return httpx.get(f"{self.server}/readyz", timeout=2, verify=tls).status_code == 200
 
-    def _wait(self, ready, name: str, timeout_s: float) -> None:
-        def none_exited():
-            for pname, proc in self.procs.items():
-                if proc.poll() is not None:
-                    raise ControlPlaneError(
-                        f"{pname} exited with code {proc.returncode}: {self._tail(pname)}"
-                    )
-
-        def is_ready() -> bool:
-            try:
-                return ready()
-            except httpx.HTTPError:
-                return False
-
-        wait_until(
-            is_ready,
-            timeout_s,
-            f"{name} to be ready",
-            interval_s=0.1,
-            error=lambda msg: ControlPlaneError(f"{msg}: {self._tail(name)}"),
-            alive=none_exited,
-        )
-
-    def _tail(self, name: str) -> str:
-        try:
-            lines = (self.dir / f"{name}.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no log)"
-        return lines[-1][:300] if lines else "(empty log)"
+    def tail(self, name: str) -> str:
+        return self.daemons.tail(name)
 
     def alive(self) -> dict[str, bool]:
-        return {n: p.poll() is None for n, p in self.procs.items()}
+        return self.daemons.alive()
 
     def stop(self) -> None:
-        for name in reversed(list(self.procs)):
-            stop_group(self.procs[name], signal.SIGTERM, 5)
-        self.pidfile.clear()
+        self.daemons.stop()

@@ -30,7 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.cluster.kubelocal.controlplane import spawn_logged
+from harness.cluster.kubelocal.daemons import spawn_logged
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
 from harness.proc import PID_DIR, pid_alive, stop_group
