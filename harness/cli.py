@@ -631,6 +631,12 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--namespace", default="default")
     p.add_argument(
+        "--with-scalers",
+        action="store_true",
+        help="also run Prometheus (scraping every engine pod) and KEDA's operator and "
+        "metrics API server (scripts/build-keda), for ScaledObjects and the HPA",
+    )
+    p.add_argument(
         "--service",
         default=None,
         help="serve this Service through an nginx ingress fed by its EndpointSlices",
@@ -650,17 +656,29 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
 
     def run(ns: argparse.Namespace) -> int:
 
-        from harness.cluster.kubelocal import ControlPlaneError, ImageError, KubeLocal, NodeError
+        from harness.cluster.kubelocal import (
+            ControlPlaneError,
+            ImageError,
+            KubeLocal,
+            NodeError,
+            ScalersError,
+        )
         from harness.engines.vllm import EngineUnavailable
 
         run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
-        kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node)
+        kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node, with_scalers=ns.with_scalers)
         try:
             kl.start()
             for path in ns.apply:
                 kl.apply(path, ns.namespace)
             print(f"kubeconfig: {kl.kubeconfig.resolve()}", flush=True)
             print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
+            if kl.scalers is not None:
+                print(
+                    f"prometheus: {kl.scalers.prometheus_url} (KEDA's triggers' serverAddress)",
+                    flush=True,
+                )
+                print("keda: operator and metrics API server (external.metrics.k8s.io)", flush=True)
             if ns.service:
                 print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
             if ns.vllm:
@@ -668,7 +686,7 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
             print("Ctrl-C stops the control plane and every pod", flush=True)
             while True:
                 time.sleep(1)
-        except (ControlPlaneError, ImageError, NodeError, EngineUnavailable) as exc:
+        except (ControlPlaneError, ImageError, NodeError, ScalersError, EngineUnavailable) as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: control plane and pods", flush=True)

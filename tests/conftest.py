@@ -44,11 +44,6 @@ def pytest_collection_modifyitems(config, items):
         folder = Path(str(item.fspath)).parent.name
         if folder in FOLDER_TIERS and not item.get_closest_marker(FOLDER_TIERS[folder]):
             item.add_marker(FOLDER_TIERS[folder])
-        if item.get_closest_marker("kube"):
-            # on two workers (scripts/run test), every kube test on the same one: they
-            # share one kube-local (tests/kube/conftest.py), and two would contend for
-            # the one device-plugin socket path every kubelet binds
-            item.add_marker(pytest.mark.xdist_group("kube"))
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
         if len(tiers) != 1:
             raise pytest.UsageError(

@@ -1,11 +1,19 @@
 """kube-local (cluster.py): a real control plane (controlplane.py) and real nodes, each a
 containerd and a kubelet on a bridge of its own (node.py), running the simulator image
 built from the installed package (image.py), and an nginx ingress fed from a Service's
-EndpointSlices."""
+EndpointSlices; on request the cluster's own scalers, Prometheus and KEDA (scalers.py)."""
 
 from harness.cluster.kubelocal.cluster import EndpointSliceIngress, KubeLocal
 from harness.cluster.kubelocal.controlplane import ControlPlaneError
 from harness.cluster.kubelocal.image import ImageError
 from harness.cluster.kubelocal.node import NodeError
+from harness.cluster.kubelocal.scalers import ScalersError
 
-__all__ = ["ControlPlaneError", "EndpointSliceIngress", "ImageError", "KubeLocal", "NodeError"]
+__all__ = [
+    "ControlPlaneError",
+    "EndpointSliceIngress",
+    "ImageError",
+    "KubeLocal",
+    "NodeError",
+    "ScalersError",
+]

@@ -25,13 +25,14 @@ from harness.cluster.kubelocal.node import (
     clean_leftovers,
     socket_identity,
 )
+from harness.cluster.kubelocal.scalers import Scalers, ScalersError
 from harness.cluster.local.nginx import Nginx
 from harness.events import EventLog
 from harness.files import write_atomic
 from harness.proc import free_port
 from harness.waits import wait_until
 
-__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal", "NodeError"]
+__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal", "NodeError", "ScalersError"]
 GPU = "nvidia.com/gpu"
 
 
@@ -132,7 +133,9 @@ class EndpointSliceIngress:
 class KubeLocal:
     """The control plane, real nodes and (on demand) an ingress for a Service."""
 
-    def __init__(self, run_dir: Path, nodes: int = 2, gpus_per_node: int = 8):
+    def __init__(
+        self, run_dir: Path, nodes: int = 2, gpus_per_node: int = 8, with_scalers: bool = False
+    ):
         self.run_dir = Path(run_dir).resolve()  # components run from other folders
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.control_plane = ControlPlane(self.run_dir)
@@ -143,6 +146,8 @@ class KubeLocal:
         self.nodes: list[Node] = []
         self.ingresses: list[EndpointSliceIngress] = []
         self.timings: dict[str, float] = {}
+        self.with_scalers = with_scalers
+        self.scalers: Scalers | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -158,6 +163,8 @@ class KubeLocal:
             self.control_plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
             self._start_nodes(image)
+            if self.with_scalers:
+                self.start_scalers()
             self.timings["start_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()
@@ -237,6 +244,18 @@ class KubeLocal:
             alive=alive,
         )
 
+    def start_scalers(self) -> Scalers:
+        """Prometheus, KEDA's operator and its metrics API server (scalers.py): the HPA
+        controller then reads KEDA's external metrics, as on a cluster."""
+        if self.scalers is None:
+            self.scalers = Scalers(self.control_plane, self.api, self.nodes[0].ip).start()
+        return self.scalers
+
+    def stop_scalers(self) -> None:
+        if self.scalers is not None:
+            self.scalers.stop()
+            self.scalers = None
+
     def apply(self, path: Path, namespace: str = "default") -> None:
         utils.create_from_yaml(self.api, str(path), namespace=namespace)
 
@@ -303,6 +322,7 @@ class KubeLocal:
     def stop(self) -> None:
         for ing in self.ingresses:
             ing.stop()
+        self.stop_scalers()
         for node in self.nodes:
             try:
                 node.stop()
