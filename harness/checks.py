@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from harness.streams import Outcome, StreamRecord
+from harness.timeline import replicas_writer
 from harness.verdict import (
     MAX_LISTED,
     OK_OUTCOMES,
@@ -871,6 +872,78 @@ def scaled_to_zero(d: RunData) -> CheckResult:
     )
 
 
+def engine_counts_agree(d: RunData) -> CheckResult:
+    """The engines as a third witness: the requests they ended without success (abort,
+    error: vllm:request_success_total by finished_reason) are no more than the client
+    records that did not complete. More means requests the engines cut that a client
+    saw as complete, or never saw: lost between the gateway and the client. The engines'
+    count is a lower bound (an exited pod's last moments may be missed), so this never
+    fails on a count the engines did not make."""
+    name, expected = "engine_counts_agree", "engine-side failures <= client records not complete"
+    e = d.engine_counts
+    if not e or not e.get("samples"):
+        return skipped(name, expected, "the engines' /metrics were not read")
+    finished = e.get("finished") or {}
+    bad = {r: n for r, n in finished.items() if r not in ("stop", "length")}
+    engine_bad, engine_all = sum(bad.values()), sum(finished.values())
+    client_bad = sum(1 for r in d.records if r.outcome != Outcome.COMPLETE)
+    said = ", ".join(f"{r} {n}" for r, n in finished.items()) or "none"
+    population = (
+        f"{len(e.get('pods') or [])} engines' request_success_total ({said}); "
+        f"{client_bad} of {len(d.records)} client records not complete"
+    )
+    if engine_all > d.sent:  # not judged: the other checks still are
+        return skipped(
+            name,
+            expected,
+            f"the engines ended {engine_all} requests and the load sent {d.sent}: other "
+            "clients (or the harness's own requests, such as a canary's golden prompts) "
+            "share these engines, so their endings cannot be matched to this run's",
+        )
+    if engine_bad <= client_bad:
+        return passed(name, f"{engine_bad} ended badly by the engines", expected, population)
+    return failed(
+        name,
+        f"the engines ended {engine_bad} badly ({', '.join(f'{r} {n}' for r, n in bad.items())}), "
+        f"the clients saw {client_bad} not complete",
+        expected,
+        population,
+        hint="the engines aborted or errored requests that the client records show as "
+        "complete or do not show at all: lost between the gateway and the client (a gateway "
+        "that retried a request on another replica, or a proxy that closed a cut stream as "
+        "if it were done); the gateway's log for those requests says which",
+    )
+
+
+def scaler_did_not_fight(d: RunData) -> CheckResult:
+    """Where the workload has scalers of its own: none changed the replica count while the
+    harness held it (or during its rollout). One that did changed the scenario under it:
+    what ran is not what was planned, so the run proves nothing either way (its broken
+    streams are still judged by the other checks)."""
+    name, expected = "scaler_did_not_fight", "no scaler changes the count the harness holds"
+    fights = [e for e in d.events if e.kind == "scaler_fought"]
+    scalers = next((e.detail.get("names") for e in d.events if e.kind == "workload_scalers"), [])
+    if not fights:
+        return passed(name, "no fight", expected, f"replica changes by {', '.join(scalers)}")
+    t0 = d.t_start or fights[0].t
+    said = []
+    for e in fights[:MAX_LISTED]:
+        x = e.detail
+        against = f"held at {x['held']}" if x.get("held") is not None else "during its rollout"
+        said.append(
+            f"{replicas_writer(e, d.events)} set replicas {x['replicas_from']} -> "
+            f"{x['replicas_to']} at {e.t - t0:+.1f} s ({against})"
+        )
+    return inconclusive(
+        name,
+        expected,
+        f"a scaler fought the harness: {'; '.join(said)}. The scenario did not run as "
+        f"planned. The workload's scalers: {', '.join(scalers) or 'unknown'}; pause them "
+        "for the run, or let the scale scenarios hand them the count (kube.scaler=cluster)",
+        observed=f"{len(fights)} change(s) against the harness",
+    )
+
+
 def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) -> Callable:
     """The measured rollout against the planner's prediction from this run's own
     measured start-to-ready and drain times (fails beyond 3x + 2 s)."""
@@ -1015,6 +1088,7 @@ __all__ = [
     "check_accounting",
     "check_all_complete",
     "check_ttft_slo",
+    "engine_counts_agree",
     "gateway_clean",
     "goodput",
     "health_during_drain",
@@ -1029,6 +1103,7 @@ __all__ = [
     "recovery_time",
     "rollout_duration_for",
     "scaled_to_zero",
+    "scaler_did_not_fight",
     "slo_budget_for",
     "ttft_recovers_after_step",
     "ttft_slo_budget",

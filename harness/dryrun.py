@@ -91,6 +91,13 @@ class DryRunTarget:
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)
 
+    def hand_back(self, as_act: bool = True) -> None:
+        self.action("autoscaler" if as_act else "scaler_watch", mode="cluster")
+
+    def hold_count(self, replicas: int) -> None:
+        if self._inner.workload_scalers():
+            self.action("scale", replicas=replicas, why="hold the count against the scaler")
+
     # --- waits for what an action would do: at once (settling first is a read) -------
     def wait_for(self, cond, timeout_s, what, poll_s=0.05, stall_s=None) -> None:
         return None
@@ -120,6 +127,9 @@ class DryRunScenario(Scenario):
 
     def record_health(self, pod: str, period_s: float = 0.2) -> None:
         return None
+
+    def hand_to_scaler(self, as_act: bool = True) -> None:
+        self.target.hand_back(as_act)  # no wait for the scaler's metrics: nothing runs
 
     def autoscale_for_step(self) -> int:
         self.target.scale(self.cfg.replicas + 1)

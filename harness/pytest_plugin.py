@@ -180,6 +180,7 @@ def target(request, rollcheck_config, run_dir):
         # bringing the target up is not under test: scenario.settle_s allows for slow
         # engine starts (at least three of the simulator's, which the config knows)
         startup = rollcheck_config.engine.startup_s if kind == "local" else 0
+        tgt.hold_count(rollcheck_config.replicas)  # a scaler of the workload's own waits
         tgt.wait_settled(
             rollcheck_config.replicas,
             timeout_s=max(rollcheck_config.scenario.settle_s, 3 * startup + 30),

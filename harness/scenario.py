@@ -19,6 +19,7 @@ from harness import checks as C
 from harness import verdict as V
 from harness.cluster import EvictionRefused, Target, TargetError
 from harness.cluster.config import RunConfig, Strategy
+from harness.engine_counts import EngineCounts
 from harness.files import write_atomic
 from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
@@ -62,6 +63,9 @@ class Scenario:
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
         self._health_thread: threading.Thread | None = None
+        self.engine_counts: EngineCounts | None = None
+        self._witness_stop = threading.Event()
+        self._witness_thread: threading.Thread | None = None
 
     @property
     def dry_run(self) -> bool:
@@ -81,6 +85,7 @@ class Scenario:
             self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model)
         self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
         self.load.preflight()
+        self._start_witness()
         self.t_start = time.time()
         self.load.start()
         self._sleep(self.cfg.scenario.warmup_s)
@@ -91,6 +96,44 @@ class Scenario:
             except LoadError as exc:
                 self.inconclusive(f"steady state not reached: {exc}")
         self.target.action("steady_state", in_flight=self.load.counts()["in_flight"])
+
+    def _start_witness(self) -> None:
+        """The engines' own counts through the run (harness.engine_counts), from now."""
+        period = self.cfg.scenario.engine_poll_s
+        if period <= 0:
+            return
+        counts = self.engine_counts = EngineCounts(time.time())
+        stop = self._witness_stop
+
+        def poll_once() -> None:
+            t, running, waiting = time.time(), 0.0, 0.0
+            for pod in self.target.pods():
+                if not pod.address:
+                    continue
+                try:
+                    m = self.target.pod_metrics(pod.name)
+                except Exception:  # a pod going away mid-read: its next read, or none
+                    continue
+                if m:
+                    counts.sample(t, pod.name, pod.created_at, m)
+                    running += m.get("vllm:num_requests_running", 0.0)
+                    waiting += m.get("vllm:num_requests_waiting", 0.0)
+            counts.sample_gauges(t, running, waiting)
+
+        def poll() -> None:
+            while not stop.is_set():
+                poll_once()
+                stop.wait(period)
+            poll_once()  # after the load stopped: the cancels at the end, counted
+
+        self._witness_thread = threading.Thread(target=poll, name="engine-witness", daemon=True)
+        self._witness_thread.start()
+
+    def _stop_witness(self) -> dict | None:
+        self._witness_stop.set()
+        if self._witness_thread is not None:
+            self._witness_thread.join(30)
+        return None if self.engine_counts is None else self.engine_counts
 
     def prepare_replicas(self, n: int) -> None:
         """Before the steady state: bring the deployment to n ready replicas."""
@@ -265,6 +308,82 @@ class Scenario:
         desired = hpa_desired(len(pods), per_replica, self.cfg.scenario.hpa_target_in_flight)
         self.target.scale(desired)
         return desired
+
+    # --- the workload's own scaler (kube.scaler=cluster) ----------------------------------
+    @property
+    def cluster_scaler(self) -> bool:
+        """True when the workload's own HPA or ScaledObject decides the replica count
+        (kube.scaler=cluster on a cluster); False where rollcheck plays the scaler."""
+        return self.target.scaler() == "cluster"
+
+    def require_scaler(self) -> None:
+        """Before acting, with kube.scaler=cluster: SKIPPED if no scaler targets the workload."""
+        if self.cluster_scaler:
+            blocker = self.target.autoscaler_blocker()
+            if blocker:
+                self.skip(f"cannot hand over to an autoscaler here: {blocker}")
+
+    def hand_to_scaler(self, as_act: bool = True) -> None:
+        """With kube.scaler=cluster: the replica count goes back to the workload's own
+        scaler, and what it decides from here is on the timeline. as_act: this is the
+        scenario's act (scale_down); scale_up's act is the load step that follows."""
+        # first, the scaler's metrics catch up with what it is handed (scrape, query,
+        # polling: scenario.hpa_sync_s): handed an answer its source has not seen yet, a
+        # scaler acts on a reading from before it (measured: KEDA read 0 from Prometheus
+        # one scrape behind and scaled the replica with the answer to zero)
+        self._sleep(self.cfg.scenario.hpa_sync_s)
+        self.target.hand_back(as_act)
+
+    def wait_scaler_scaled_up(self, before: int) -> int:
+        """scale_up with the workload's own scaler: until it asks for more replicas than
+        `before`, within scenario.recovery_s of the step; the count it asked for (or
+        `before`, with the reason on the timeline, when it never did)."""
+        since = self.t_step if self.t_step is not None else time.time()
+        left = since + self.cfg.scenario.recovery_s - time.time()
+        if self.wait_for(
+            lambda: (self.target.desired_replicas() or 0) > before,
+            max(0.0, left),
+            "the scaler to add replicas",
+        ):
+            return self.target.desired_replicas() or before
+        self.target.action(
+            "not_recovered",
+            why=f"the scaler asked for no replica beyond {before} within scenario.recovery_s "
+            f"({self.cfg.scenario.recovery_s:g} s) of the load step",
+        )
+        return before
+
+    def wait_scaler_removes(self, pods: list, busy=None) -> str | None:
+        """scale_down with the workload's own scaler: until the ReplicaSet removes one of
+        `pods` (within scenario.recovery_s); that pod, now the victim, why the ReplicaSet
+        chose it and whether it was `busy` (the pod with the long answer), on the
+        timeline. None when no replica went."""
+        names = {p.name for p in pods}
+        gone: list[str] = []
+
+        def removed() -> bool:
+            for p in self.target.pods():
+                if p.name in names and p.terminating:
+                    gone[:] = [p.name]
+                    return True
+            return not self.target.pods()
+
+        if not self.wait_for(
+            removed, self.cfg.scenario.recovery_s, "the scaler to remove a replica"
+        ):
+            self.target.action(
+                "not_recovered",
+                why="the scaler removed no replica within scenario.recovery_s "
+                f"({self.cfg.scenario.recovery_s:g} s) of the hand-over",
+            )
+            return None
+        if not gone:
+            return None
+        self.victims = gone
+        why = self.target.why_removed(gone[0])
+        held = None if busy is None else busy.name == gone[0]
+        self.target.action("scaler_removed", pod=gone[0], why=why, busy=held)
+        return gone[0]
 
     def ask(self, pod, prompts: list) -> list:
         """Golden prompts to one pod directly (not through the gateway), so each answer is
@@ -525,8 +644,9 @@ class Scenario:
             self.skip(f"cannot drain a node here: {blocker}")
 
     def require_autoscaler(self) -> None:
-        """Before acting: SKIPPED if the autoscaler policy has no scaler to go to."""
-        blocker = self.target.autoscaler_blocker()
+        """Before acting (scale_to_zero): SKIPPED if there is no scaler to hand over to, or
+        (kube.scaler=cluster) none that ever takes the workload to zero."""
+        blocker = self.target.autoscaler_blocker(to_zero=True)
         if blocker:
             self.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
@@ -597,6 +717,7 @@ class Scenario:
         evidence; slo_phases: the phases held to a budget."""
         self._health_stop.set()
         result = self.load.stop()
+        witness = self._stop_witness()
         t_end = time.time()
         records = result.records
         access_path, error_path = self.target.gateway_logs()
@@ -642,12 +763,17 @@ class Scenario:
             outcome_total=result.outcome_total,
             load_problems=list(result.problems),
         )
+        if witness is not None:
+            data.engine_counts = witness.as_dict(data.t_act)
         everyone = [
             C.accounting,
             C.other_pods_untouched if expect_broken_on_victims else C.no_broken_streams,
             C.no_hung_streams,
             C.gateway_clean,
+            C.engine_counts_agree,
         ]
+        if any(e.kind == "workload_scalers" for e in events):
+            everyone.append(C.scaler_did_not_fight)
         if hold_slo:
             everyone += [
                 C.slo_budget_for("ttft", slo_required, slo_phases),

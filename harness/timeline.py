@@ -159,3 +159,109 @@ def version_share(records: Sequence[StreamRecord], bucket_s: float = 1.0) -> lis
         key = r.version or "?"
         buckets[b][key] = buckets[b].get(key, 0) + 1
     return [{"t": t0 + b * bucket_s, "versions": v} for b, v in sorted(buckets.items())]
+
+
+def replicas_writer(change: Event, events: Sequence[Event], within_s: float = 5.0) -> str:
+    """Who changed the replica count: the field manager the Deployment named, else the
+    scaler whose own record says it asked for that count within a few seconds (the HPA's
+    status or SuccessfulRescale event, KEDA's event). Measured on kube-local (1.35): the
+    count written through deployments/scale is often owned by no manager."""
+    d = change.detail
+    if d.get("by"):
+        return d["by"]
+    to, frm = d["replicas_to"], d["replicas_from"]
+    near = sorted(
+        (x for x in events if abs(x.t - change.t) <= within_s), key=lambda x: abs(x.t - change.t)
+    )
+    for x in near:
+        msg = x.detail.get("message") or ""
+        if x.kind == "scaler_status" and x.detail.get("desired") == to:
+            return f"HorizontalPodAutoscaler/{x.detail.get('hpa')}"
+        if x.kind != "k8s_event":
+            continue
+        if x.detail.get("object") == "HorizontalPodAutoscaler" and f"New size: {to};" in msg:
+            return f"HorizontalPodAutoscaler/{x.detail.get('name') or '?'}"
+        if x.detail.get("object") == "ScaledObject" and f"from {frm} to {to}" in msg:
+            return f"KEDA (ScaledObject/{x.detail.get('name') or '?'})"
+    return "a writer nothing names"
+
+
+def scaler_timeline(events, t0: float | None) -> list[dict]:
+    """The scaler's decisions for a report: each desired-replicas status of an HPA, each
+    replica count the cluster set, each fight, on the scenario's clock (t0), in order."""
+    rows = []
+    for e in events:
+        if e.kind == "scaler_status":
+            what = f"{e.detail['hpa']} wants {e.detail['desired']} (has {e.detail['current']})"
+            if e.detail.get("metrics"):
+                what += ": " + ", ".join(e.detail["metrics"])
+            if e.detail.get("limited"):
+                what += f"; limited: {e.detail['limited']}"
+        elif e.kind in ("replicas_changed", "scaler_fought"):
+            d = e.detail
+            what = (
+                f"{replicas_writer(e, events)} set replicas {d['replicas_from']} -> "
+                f"{d['replicas_to']}"
+            )
+            if e.kind == "scaler_fought":
+                against = (
+                    f"the count the harness held ({d['held']})"
+                    if d.get("held") is not None
+                    else "the harness's rollout"
+                )
+                what += f", against {against}"
+        elif e.kind == "k8s_event" and e.detail.get("object") in (
+            "ScaledObject",
+            "HorizontalPodAutoscaler",
+        ):
+            what = f"{e.detail['object']} {e.detail.get('reason')}: {e.detail.get('message')}"
+        elif e.kind == "action" and e.detail.get("action") == "scaler_removed":
+            held = e.detail.get("busy")
+            busy = (
+                ""
+                if held is None
+                else (", the replica with the long answer" if held else ", an idle replica")
+            )
+            what = f"the ReplicaSet removed {e.pod}{busy}: {e.detail.get('why')}"
+        elif e.kind == "action" and e.detail.get("action") in ("autoscaler", "scaler_watch"):
+            what = f"the count handed to the scaler ({e.detail.get('mode')})"
+        else:
+            continue
+        rows.append({"t": e.t, "at_s": None if t0 is None else round(e.t - t0, 2), "what": what})
+    return rows
+
+
+def scaler_summary(
+    events: Sequence[Event], t0: float | None, since: float | None = None
+) -> dict | None:
+    """The scaler's part of a run: its decisions (scaler_timeline) from `since` (the load's
+    start: older cluster events come back when a watch lists them), and after a load
+    step when it first asked for more replicas and when each new replica was ready."""
+    rows = scaler_timeline([e for e in events if since is None or e.t >= since], t0)
+    if not rows:
+        return None
+    out: dict = {"timeline": rows}
+    step = event_time(events, "action", action="load_step")
+    if step is None:
+        return out
+    asked = next(
+        (
+            e.t
+            for e in events
+            if e.t >= step
+            and (
+                (e.kind == "scaler_status" and (e.detail.get("desired") or 0) > (e.detail.get("current") or 0))
+                or (e.kind == "replicas_changed" and e.detail["replicas_to"] > e.detail["replicas_from"])
+            )
+        ),
+        None,
+    )  # fmt: skip
+    out["asked_after_step_s"] = None if asked is None else round(asked - step, 2)
+    created = {e.pod: e.t for e in events if e.kind == "pod_created" and e.t >= step - 1.0}
+    ready = []
+    for e in events:
+        if e.kind == "ready" and e.pod in created and e.t >= step:
+            ready.append({"pod": e.pod, "ready_after_step_s": round(e.t - step, 2)})
+            del created[e.pod]
+    out["new_replicas"] = ready
+    return out

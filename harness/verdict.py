@@ -139,6 +139,8 @@ class RunData:
     expect_broken_on_victims: bool = False  # pod_kill: the victim's own streams may break
     outcome_total: int | None = None  # outcomes the load counted (accounting)
     load_problems: list[str] = field(default_factory=list)
+    # what the engines counted (harness.engine_counts.EngineCounts.as_dict), or None
+    engine_counts: dict | None = None
 
     @property
     def phases(self) -> Phases:

@@ -2,6 +2,11 @@
 
 The autoscaler turns on; the answer must finish before the replica goes. A scaler
 that reads request rate or queue length instead of in-flight sequences kills it.
+
+On a cluster (kube.scaler=cluster) the Deployment's own ScaledObject decides: it holds
+the count through a busy spell, then the load around the long answer stops (the act)
+and the scaler alone decides when the replica goes. Elsewhere (and with
+kube.scaler=harness) rollcheck's own scaler policy (autoscaler.policy) takes over.
 """
 
 import pytest
@@ -12,20 +17,28 @@ from harness import checks
 @pytest.mark.scale_to_zero
 def test_scale_to_zero(scenario):
     scenario.require_autoscaler()  # SKIPPED, with why, if there is no scaler to hand over to
-
-    # steady state: nothing but one long answer in flight on a single replica
     scenario.prepare_replicas(1)
-    scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)
 
-    # act: the deployment's own autoscaler policy takes over
-    scenario.target.set_autoscaler(scenario.cfg.autoscaler.policy)
+    if scenario.cluster_scaler:
+        # steady state: load on the single replica, one long answer among it; the scaler
+        # watches it
+        scenario.steady_state(
+            shape="step", step_users=0, in_flight=1, long_answer_user=True, long_answer_count=1
+        )
+        scenario.hand_to_scaler(as_act=False)
+        # act: the load around the long answer stops; only the answer is left
+        scenario.wait_for_load_step()
+    else:
+        # steady state: nothing but one long answer in flight on a single replica
+        scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)
+        # act: the deployment's own autoscaler policy takes over
+        scenario.target.set_autoscaler(scenario.cfg.autoscaler.policy)
 
     # observe: the replica is scaled to zero (after the answer, if the scaler is right)
     scenario.wait_scaled_to_zero()
     scenario.cool_down()
 
-    # judge
-    # the only request is the long answer, sent before the scaler took over
+    # judge: the long answer was sent before the act
     scenario.judge(
         checks.long_answer_finishes,
         checks.scaled_to_zero,

@@ -1,4 +1,9 @@
-"""Scale up: a load step, and how long TTFT breaks its SLO while new replicas start."""
+"""Scale up: a load step, and how long TTFT breaks its SLO while new replicas start.
+
+On a cluster (kube.scaler=cluster) the Deployment's own HPA or ScaledObject decides how
+many replicas the step gets, and when; the report shows its decisions. Elsewhere (and
+with kube.scaler=harness) rollcheck applies the HPA formula on in-flight requests.
+"""
 
 import pytest
 
@@ -7,14 +12,20 @@ from harness import checks
 
 @pytest.mark.scale_up
 def test_scale_up(scenario):
+    scenario.require_scaler()  # SKIPPED, with why, if no scaler targets the Deployment
     # steady state: light load on a single replica
     scenario.prepare_replicas(1)
     scenario.require_gpus_for_step()  # SKIPPED if the new replicas could never be scheduled
     scenario.steady_state(shape="step", users=2, step_users=scenario.step_users, in_flight=1)
+    if scenario.cluster_scaler:
+        scenario.hand_to_scaler(as_act=False)  # it sees the steady state before the step
 
-    # act: the step arrives; the autoscaler (HPA arithmetic on in-flight requests) reacts
+    # act: the step arrives; the autoscaler reacts
     scenario.wait_for_load_step()
-    replicas = scenario.autoscale_for_step()
+    if scenario.cluster_scaler:
+        replicas = scenario.wait_scaler_scaled_up(before=1)
+    else:  # HPA arithmetic on in-flight requests, played by rollcheck
+        replicas = scenario.autoscale_for_step()
 
     # observe
     scenario.wait_recovered(replicas=replicas)

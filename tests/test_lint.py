@@ -184,6 +184,7 @@ def run_cli(*args, stdin=None):
 @pytest.mark.process
 def test_cli_formats_exit_codes_and_stdin(tmp_path):
     assert run_cli(str(ROOT / "deploy/vllm")).returncode == 0
+    assert run_cli(str(ROOT / "deploy/sim")).returncode == 1  # keda.yaml's incident example
     bad = yaml.safe_dump_all(mutate(CASES["RC005"]))
     r = run_cli("-", "--format", "json", stdin=bad)
     assert r.returncode == 1 and json.loads(r.stdout)[0]["rule"] == "RC005"
@@ -404,3 +405,21 @@ def test_any_field_set_to_any_value_lints_or_is_one_line(where, value):
         lint(parse_documents(yaml.safe_dump_all(objs), "m.yaml"))
     except LintInputError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.unit
+def test_the_scaler_examples_lint_as_they_behave_on_kube_local():
+    """deploy/sim/keda.yaml's two ScaledObjects, each with the Deployment it scales: the
+    queue-only one (the incident, which FAILs scale_to_zero on real KEDA) trips RC010 and
+    RC009; the in-flight-aware one is clean. deploy/vllm's HPA alternative is clean."""
+    sim = [d for d in yaml.safe_load_all((ROOT / "deploy/sim/sim.yaml").read_text()) if d]
+    keda = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all((ROOT / "deploy/sim/keda.yaml").read_text())
+        if d
+    }
+    assert rules_of([*sim, keda["rollcheck-sim"]]) == set()
+    assert rules_of([*sim, keda["rollcheck-sim-queue-only"]]) == {"RC009", "RC010"}
+    hpa = [d for d in yaml.safe_load_all((ROOT / "deploy/vllm/hpa.yaml").read_text()) if d]
+    without_keda = [d for d in docs() if d["kind"] != "ScaledObject"]
+    assert rules_of([*without_keda, *hpa]) == set()

@@ -215,6 +215,9 @@ class ScenarioTiming:
     # short answers sent to each ready engine directly before the steady state: a real
     # engine compiles on its first requests, which are not the steady state's TTFT
     warm_requests: int = 0
+    # the engines as a third witness: every pod's /metrics read this often through the run
+    # (request_success_total by finished_reason, running and waiting); 0: not read
+    engine_poll_s: float = 1.0
     # longest wait for the steady state (streams in flight on the victim, by the harness's
     # records and the engine's metrics); past it the run is inconclusive
     steady_state_s: float = 60.0
@@ -227,7 +230,10 @@ class ScenarioTiming:
     kill_signal: str = "SIGKILL"  # pod_kill: SIGKILL (OOM, crash) or SIGSTOP (a frozen node)
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
-    hpa_sync_s: float = 1.0  # scale_up: how long the HPA takes to notice
+    # how long the scaler takes to see a change (its metrics scrape and its polling): scale_up
+    # waits this before its HPA arithmetic; the cluster's own scaler is handed the count
+    # this long after the state it must see
+    hpa_sync_s: float = 1.0
     # startup: the new version's start-up (weights loading; the simulator's startup_s; 0:
     # the new image's own, on a real cluster), and how many restarts of its first pod
     # show a crash loop (then it is rolled back)
@@ -256,15 +262,20 @@ class Kube:
     allow_node_drain: bool = False  # cordon + evict touches a node other workloads share
     dry_run: bool = False  # print every action instead of taking it
     image: str | None = None  # rollout image, "{version}" replaced, e.g. vllm/vllm-openai:{version}
-    scale_to_zero: str = "force"  # force: scale down now; wait: let the cluster's autoscaler act
+    # who decides the replica count in the scale scenarios: cluster (the Deployment's own
+    # HPA or KEDA ScaledObject: the scenario hands the count to it and observes what it
+    # decides), or harness (rollcheck plays the scaler: scale_to_zero sets the autoscaler's
+    # minimum, scale_up applies the HPA formula, scale_down removes the replica that
+    # autoscaler.policy picks). The local target has no scaler of its own: harness there.
+    scaler: str = "cluster"
     # how engine /metrics and /health are read: direct (pod IPs, from inside the cluster),
     # proxy (the API server's pods proxy, RBAC pods/proxy get), auto (direct in a pod, else
     # proxy, each falling back to the other)
     pod_access: str = "auto"
 
     def validate(self) -> None:
-        if self.scale_to_zero not in ("force", "wait"):
-            raise ValueError("kube.scale_to_zero must be force or wait")
+        if self.scaler not in ("cluster", "harness"):
+            raise ValueError("kube.scaler must be cluster or harness")
         if self.pod_access not in ("auto", "direct", "proxy"):
             raise ValueError("kube.pod_access must be auto, direct or proxy")
 
@@ -347,6 +358,7 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
     if path is None and DEFAULT_CONFIG.exists():
         path = DEFAULT_CONFIG
     data = load_yaml(path) if path is not None else {}
+    _renamed(apply_sets(data, sets or []), path, sets or [])
     engine = apply_sets(data, sets or []).get("engine") or {}
     kind = engine.get("kind") if isinstance(engine, dict) else None  # build() names the error
     if kind == "vllm":
@@ -360,6 +372,23 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
             culprit = culprit.split("=", 1)[0] + "=<hidden>"  # a secret is never echoed
         where = f"--set {culprit}" if culprit else str(path) if path else "config"
         raise ConfigError(f"{where}: {exc}") from None
+
+
+RENAMED = {
+    ("kube", "scale_to_zero"): "kube.scale_to_zero was replaced by kube.scaler: force is "
+    "kube.scaler=harness (rollcheck sets the count), wait is kube.scaler=cluster (the "
+    "Deployment's own HPA or ScaledObject decides, the default)",
+}
+
+
+def _renamed(data: dict, path: Path | None, sets: list[str]) -> None:
+    """One line for a setting that was renamed, naming its successor."""
+    for (section, key), message in RENAMED.items():
+        part = data.get(section)
+        if isinstance(part, dict) and key in part:
+            given = [s for s in sets if s.split("=", 1)[0].strip() == f"{section}.{key}"]
+            where = f"--set {given[-1]}" if given else str(path) if path else "config"
+            raise ConfigError(f"{where}: {message}")
 
 
 def _culprit(message: str, sets: list[str]) -> str | None:

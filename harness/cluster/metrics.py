@@ -1,11 +1,13 @@
 """Prometheus text from an engine's /metrics, summed by metric name (over its labels):
-one parser for the local and the Kubernetes target."""
+one parser for the local and the Kubernetes target. A series with a `finished_reason`
+label is also kept under `name[reason]` (vllm:request_success_total by ending)."""
 
 from __future__ import annotations
 
 import re
 
 _METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
+_REASON = re.compile(r'finished_reason="([^"]*)"')
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -13,5 +15,10 @@ def parse_metrics(text: str) -> dict[str, float]:
     for line in text.splitlines():
         m = _METRIC.match(line.strip())
         if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            value = float(m.group(3))
+            out[m.group(1)] = out.get(m.group(1), 0.0) + value
+            reason = _REASON.search(m.group(2) or "")
+            if reason:
+                key = f"{m.group(1)}[{reason.group(1)}]"
+                out[key] = out.get(key, 0.0) + value
     return out

@@ -158,9 +158,38 @@ class Target(abc.ABC):
         if blocker:
             raise TargetError(f"cannot drain node {node}: {blocker}")
 
-    def autoscaler_blocker(self) -> str | None:
-        """Why the autoscaler policy cannot be handed to here (no scaler to hand it to)."""
+    def scaler(self) -> str:
+        """Who decides the replica count in the scale scenarios: "cluster" (the
+        workload's own HPA or ScaledObject) or "harness" (rollcheck plays the scaler, the
+        only way on a target with no scaler of its own)."""
+        return "harness"
+
+    def autoscaler_blocker(self, to_zero: bool = False) -> str | None:
+        """Why the count cannot be handed to the workload's own scaler here (none targets
+        it; with to_zero, none ever goes to zero), or None."""
         return None
+
+    def workload_scalers(self) -> list[str]:
+        """The scalers of the workload's own (kind/name), where the target has them."""
+        return []
+
+    def hold_count(self, replicas: int) -> None:
+        """Before a scenario: where the workload has a scaler of its own, set the count to
+        `replicas` and hold it there (the scale scenarios hand it back to the scaler)."""
+        return None
+
+    def hand_back(self, as_act: bool = True) -> None:
+        """Give the replica count back to the workload's own scaler (kube.scaler=cluster);
+        as_act: this is the scenario's act (the disruption), not a preparation for it."""
+        raise TargetError(f"{self.name}: there is no scaler of the workload's own to hand to")
+
+    def desired_replicas(self) -> int | None:
+        """The replica count the workload asks for now (its scaler's decision), if known."""
+        return None
+
+    def why_removed(self, name: str) -> str:
+        """Why the workload's controller chose this pod to remove, as far as it is known."""
+        return "not known on this target"
 
     def free_gpus(self) -> tuple[int, int] | None:
         """(GPUs free on schedulable nodes, GPUs one pod needs), or None when pods do not

@@ -201,6 +201,8 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _lint_section(summary.get("lint") or []),
         _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
+        _engine_counts_section(summary.get("engine_counts")),
+        _scaler_section(summary.get("scaler")),
         "<h2>Timeline</h2>",
         _legend(),
         _timeline_svg(
@@ -403,6 +405,61 @@ def _outcome_table(summary: dict) -> str:
     )
     return (
         f"<h2>Outcomes</h2><table><tr><th>outcome</th><th>streams</th></tr>{cells}{flags}</table>"
+    )
+
+
+def _engine_counts_section(counts: dict | None) -> str:
+    """What the engines themselves counted: beside the clients' outcomes above."""
+    if not counts or not counts.get("samples"):
+        return ""
+    finished = counts.get("finished") or {}
+    cells = (
+        "".join(
+            f"<tr><td>{_e(reason)}</td><td class=num>{_e(n)}</td></tr>"
+            for reason, n in finished.items()
+        )
+        or "<tr><td colspan=2>none counted</td></tr>"
+    )
+    around = counts.get("at_act") or {}
+    gauges = ""
+    for side in ("before", "after"):
+        g = around.get(side)
+        if g:
+            gauges += (
+                f"<li>{side} the act ({_e(g['t'])} s): {_e(g['running'])} running, "
+                f"{_e(g['waiting'])} waiting</li>"
+            )
+    return (
+        "<h2>What the engines counted</h2><p class=muted>vllm:request_success_total by "
+        f"finished_reason over {_e(len(counts.get('pods') or []))} engines "
+        f"({_e(counts.get('samples'))} reads; an engine that exited is counted up to its "
+        "last read)</p><table><tr><th>finished_reason</th><th>requests</th></tr>"
+        f"{cells}</table>" + (f"<ul>{gauges}</ul>" if gauges else "")
+    )
+
+
+def _scaler_section(scaler: dict | None) -> str:
+    """The workload's own scaler: its decisions on the scenario's clock, and after a load
+    step its lag to ask for replicas and theirs to be ready."""
+    if not scaler:
+        return ""
+    rows = "".join(
+        f"<tr><td class=num>{_e(r['at_s'])}</td><td>{_e(r['what'])}</td></tr>"
+        for r in scaler.get("timeline") or []
+    )
+    lag = ""
+    if scaler.get("asked_after_step_s") is not None:
+        ready = ", ".join(
+            f"{_e(n['pod'])} ready at +{_e(n['ready_after_step_s'])} s"
+            for n in scaler.get("new_replicas") or []
+        )
+        lag = (
+            f"<p>After the load step the scaler asked for more replicas at "
+            f"+{_e(scaler['asked_after_step_s'])} s; {ready or 'no new replica was ready'}.</p>"
+        )
+    return (
+        f"<h2>The scaler's decisions</h2>{lag}<table><tr><th>t</th><th>decision</th></tr>"
+        f"{rows}</table>"
     )
 
 

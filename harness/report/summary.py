@@ -7,7 +7,7 @@ import dataclasses
 from harness.checks import goodput, health_during_drain
 from harness.gateway_logs import gateway_summary
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
-from harness.timeline import version_share
+from harness.timeline import scaler_summary, version_share
 from harness.verdict import attribution, verdict
 
 # Exact key names (lower case) that hold credentials; a count such as max_answer_tokens
@@ -88,6 +88,7 @@ def build_summary(
         "requests": len(records),
         "sent": data.sent,
         "outcomes": count_outcomes(records),
+        "engine_counts": data.engine_counts,  # what the engines themselves counted
         "flags": count_flags(records),
         "goodput": goodput(data),
         "signals": signals(data),
@@ -115,5 +116,6 @@ def build_summary(
             "workers": len(workers),
         },
         "lint": [f.to_dict() for f in getattr(target_obj, "lint_findings", [])],
+        "scaler": scaler_summary(data.events, data.t_act or data.t_start, since=data.t_start),
         "config": redact(dataclasses.asdict(config)),
     }

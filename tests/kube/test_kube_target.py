@@ -408,8 +408,8 @@ def test_sigterm_mid_scenario_restores_the_deployment_and_the_nodes(
             return False
         if "node" in select:
             return any(n.spec.unschedulable for n in core.list_node().items)
-        if keda:
-            return keda_pause(kube_local, namespace) is not None
+        if keda:  # the scenario's own count (1), not the one held before it (2)
+            return keda_pause(kube_local, namespace) == "1"
         return kube_local.api.sanitize_for_serialization(dep.spec.template) != template
 
     try:
@@ -494,6 +494,8 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
             a = a.replace(old, new)
         cmd.append(a)
     cmd += [f"--kubeconfig={kube_local.kubeconfig}", "-k", EVERY_SCENARIO, "-q", "-rs"]
+    # no scaler runs on this kube-local: rollcheck plays it (test_scalers.py runs KEDA)
+    cmd += ["--set", "kube.scaler=harness"]
     for s in GPU_PROFILE_SCALED_DOWN:
         cmd += ["--set", s]
     for s in [
@@ -654,20 +656,28 @@ def keda_pause(kube_local, namespace, name="vllm-scaler"):
     return (so["metadata"].get("annotations") or {}).get("autoscaling.keda.sh/paused-replicas")
 
 
-def test_scale_to_zero_wait_hands_the_replica_count_back_to_keda(
+def test_the_cluster_scaler_gets_the_replica_count_back_from_a_keda_pause(
     kube_local, namespace, deployed, tmp_path
 ):
     """KEDA's own API objects (its CRD, without its operator): scaling pauses the
-    ScaledObject at the wanted count; scale_to_zero=wait un-pauses it and names the
-    scalers it handed over to; with no scaler the scenario cannot run."""
+    ScaledObject at the wanted count; kube.scaler=cluster un-pauses it and names the
+    scalers it handed over to; with no scaler (or, for scale_to_zero, none that goes to
+    zero) the scenario cannot run."""
     deployed()
-    t = target_for(kube_local, namespace, tmp_path, None, "kube.scale_to_zero=wait")
+    t = target_for(kube_local, namespace, tmp_path, None, "kube.scaler=cluster")
     t.start()
     assert "no KEDA ScaledObject or HorizontalPodAutoscaler" in t.autoscaler_blocker()
-    with pytest.raises(TargetError, match="kube.scale_to_zero=force"):
+    with pytest.raises(TargetError, match="kube.scaler=harness"):
         t.set_autoscaler("inflight")
-    scaled_object(kube_local, namespace)
+    scaled_object(kube_local, namespace, min_replicas=1)
     assert t.autoscaler_blocker() is None
+    never = "never takes deployment rollcheck-sim to zero (ScaledObject vllm-scaler keeps "
+    assert never + "minReplicaCount 1)" in t.autoscaler_blocker(to_zero=True)
+    client.CustomObjectsApi(kube_local.api).patch_namespaced_custom_object(
+        "keda.sh", "v1alpha1", namespace, "scaledobjects", "vllm-scaler",
+        {"spec": {"minReplicaCount": 0}},
+    )  # fmt: skip
+    assert t.autoscaler_blocker(to_zero=True) is None
     t.scale(1)
     assert keda_pause(kube_local, namespace) == "1"  # KEDA holds, rather than fights, the count
     t.set_autoscaler("inflight")
@@ -680,7 +690,7 @@ def test_scale_to_zero_wait_hands_the_replica_count_back_to_keda(
     assert deployment(kube_local, namespace).spec.replicas == 2
 
 
-def scaled_object(kube_local, namespace, name="vllm-scaler") -> None:
+def scaled_object(kube_local, namespace, name="vllm-scaler", min_replicas=0) -> None:
     """KEDA's CRD (without its operator) and a ScaledObject for the sim Deployment."""
     try:
         client.ApiextensionsV1Api(kube_local.api).create_custom_resource_definition(
@@ -692,7 +702,21 @@ def scaled_object(kube_local, namespace, name="vllm-scaler") -> None:
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"name": "rollcheck-sim"}, "minReplicaCount": 0},
+        "spec": {
+            "scaleTargetRef": {"name": "rollcheck-sim"},
+            "minReplicaCount": min_replicas,
+            # valid under KEDA's own CRD too (tests/kube/test_scalers.py installs it)
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": "http://127.0.0.1:9",
+                        "query": "sum(vllm:num_requests_running)",
+                        "threshold": "3",
+                    },
+                }
+            ],
+        },
     }
     custom = client.CustomObjectsApi(kube_local.api)
     wait_for(  # the CRD is served a moment after it is created

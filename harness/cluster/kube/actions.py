@@ -21,6 +21,7 @@ from harness.cluster import (
     strategy_changes,
 )
 from harness.cluster.kube.common import KEDA_PAUSE, _int_or_str, _message
+from harness.cluster.kube.scaling import removal_reason
 from harness.cluster.metrics import parse_metrics
 from harness.sim.settings import flag_name
 
@@ -75,7 +76,7 @@ class Actions:
             body["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": ru}
         if min_ready_s is not None:
             body["spec"]["minReadySeconds"] = int(min_ready_s)
-        self._rolling = True
+        self._rolling = self.scaling.rolling = True
         self._events.emit("rollout_started", version=version)
         self._patch_deployment(body)
 
@@ -89,7 +90,7 @@ class Actions:
             and (s.replicas or 0) == want
         )
         if done and self._rolling:
-            self._rolling = False
+            self._rolling = self.scaling.rolling = False
             self._events.emit("rollout_complete")
         return done and not self._rolling
 
@@ -146,6 +147,7 @@ class Actions:
     def scale(self, replicas: int) -> None:
         self.action("scale", replicas=replicas)
         self._mark_restore_pending()
+        self.scaling.hold(replicas)  # until handed back: a scaler changing it fights us
         for so in self._scaled_objects():
             # KEDA owns the replica count: pause it at the wanted count instead of fighting it.
             self._keda_annotate(so, str(replicas))
@@ -157,6 +159,30 @@ class Actions:
             )
         except ApiException as exc:
             raise self._error(exc, "patch", "deployments/scale", self.k.deployment) from None
+
+    def hold_count(self, replicas: int) -> None:
+        """With a ScaledObject or HPA on the Deployment, the count is set and held (KEDA
+        paused at it; an HPA that changes it anyway is named as a fight), so nothing but
+        the scenario's own act moves it; the restore hands it back."""
+        if self.workload_scalers():
+            self.scale(replicas)
+
+    def workload_scalers(self) -> list[str]:
+        return [f"ScaledObject/{n}" for n in self._scaled_objects()] + [
+            f"HorizontalPodAutoscaler/{n}" for n in self._hpas()
+        ]
+
+    def desired_replicas(self) -> int | None:
+        return self.apps.read_namespaced_deployment(self.k.deployment, self.ns).spec.replicas
+
+    def why_removed(self, name: str) -> str:
+        """The ReplicaSet's reasons, in its own order (controller.ActivePodsWithRanks):
+        not ready before ready, the lowest pod-deletion-cost, the most pods on one node,
+        the shortest time ready, the most restarts, the newest."""
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.metadata.name == name or (
+                p.metadata.deletion_timestamp is None)]  # fmt: skip
+        return removal_reason(name, [self.api.sanitize_for_serialization(p) for p in pods])
 
     def _keda_annotate(self, name: str, value: str | None) -> None:
         self.custom.patch_namespaced_custom_object(
@@ -193,19 +219,28 @@ class Actions:
             raise self._error(exc, "delete", "pods", f"pod {name}") from None
 
     def set_autoscaler(self, policy: str) -> None:
-        """force: scale to the autoscaler's minimum now. wait: hand the replica count back
-        to the cluster's own scalers (the KEDA ScaledObjects the harness paused are
-        un-paused) and let them act; which scalers were found is on the timeline. With
-        none, the scenario cannot test a scaler: CannotRun, before anything changes."""
-        if self.k.scale_to_zero == "force":
-            self.action("autoscaler", policy=policy, mode="force")
+        """kube.scaler=harness: scale to the autoscaler's minimum now. cluster: hand the
+        replica count back to the cluster's own scalers (the KEDA ScaledObjects the
+        harness paused are un-paused) and let them act; which scalers were found is on
+        the timeline. With none, the scenario cannot test a scaler: CannotRun, before
+        anything changes."""
+        if self.k.scaler == "harness":
+            self.action("autoscaler", policy=policy, mode="harness")
             self.scale(self.cfg.autoscaler.min_replicas)
             return
         blocker = self.autoscaler_blocker()
         if blocker:
             raise CannotRun(blocker)
+        self.hand_back()
+
+    def hand_back(self, as_act: bool = True) -> None:
+        """The replica count goes back to the Deployment's own scalers (KEDA un-paused);
+        from now on what they decide is theirs, on the timeline. as_act: the scenario's
+        act (the disruption); else a preparation (scale_up's act is the load step)."""
         keda, hpas = self._scaled_objects(), self._hpas()
-        self.action("autoscaler", policy=policy, mode="wait", keda=keda, hpa=hpas)
+        kind = "autoscaler" if as_act else "scaler_watch"
+        self.action(kind, mode="cluster", keda=keda, hpa=hpas)
+        self.scaling.release()
         for so in keda:
             self._keda_annotate(so, None)  # KEDA owns the replica count again
             if so in self._keda_paused:

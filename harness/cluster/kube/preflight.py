@@ -125,27 +125,54 @@ class Preflight:
             "registry/vllm-openai:{version} (with version and next_version its tags)"
         )
 
-    def autoscaler_blocker(self) -> str | None:
-        if self.k.scale_to_zero != "wait" or self._scaled_objects() or self._hpas():
-            return None
-        return (
-            f"kube.scale_to_zero=wait: no KEDA ScaledObject or HorizontalPodAutoscaler in "
-            f"{self.ns} targets deployment {self.k.deployment}; set kube.scale_to_zero=force "
-            "or point kube.deployment at a scaled Deployment"
-        )
+    def scaler(self) -> str:
+        return self.k.scaler
 
-    def _scaled_objects(self) -> list[str]:
+    def autoscaler_blocker(self, to_zero: bool = False) -> str | None:
+        """kube.scaler=cluster: why the Deployment's own scaler cannot be handed the count
+        (none targets it; with to_zero, none of them ever goes to zero)."""
+        if self.k.scaler != "cluster":
+            return None
+        where = f"{self.ns} targets deployment {self.k.deployment}"
+        keda, hpas = self._scaled_objects(full=True), self._hpas()
+        if not keda and not hpas:
+            return (
+                f"kube.scaler=cluster: no KEDA ScaledObject or HorizontalPodAutoscaler in "
+                f"{where}; set kube.scaler=harness to have rollcheck play the scaler, or point "
+                "kube.deployment at a scaled Deployment"
+            )
+        if to_zero and not any(
+            (so.get("spec") or {}).get("minReplicaCount", 0) == 0 for so in keda
+        ):
+            held = (
+                ", ".join(
+                    f"ScaledObject {so['metadata']['name']} keeps minReplicaCount "
+                    f"{so['spec'].get('minReplicaCount')}"
+                    for so in keda
+                )
+                or f"HorizontalPodAutoscaler {', '.join(hpas)} stops at minReplicas >= 1"
+            )
+            return (
+                f"kube.scaler=cluster: the cluster's scaler never takes deployment "
+                f"{self.k.deployment} to zero ({held}), so no answer can be cut that way; set "
+                "kube.scaler=harness to force the count to zero"
+            )
+        return None
+
+    def _scaled_objects(self, full: bool = False) -> list:
+        """The KEDA ScaledObjects targeting this Deployment: names (full: the objects)."""
         try:
             items = self.custom.list_namespaced_custom_object(
                 "keda.sh", "v1alpha1", self.ns, "scaledobjects"
             )["items"]
         except ApiException:
             return []  # no KEDA here
-        return [
-            o["metadata"]["name"]
+        mine = [
+            o
             for o in items
             if (o.get("spec") or {}).get("scaleTargetRef", {}).get("name") == self.k.deployment
         ]
+        return mine if full else [o["metadata"]["name"] for o in mine]
 
     def _hpas(self) -> list[str]:
         """HorizontalPodAutoscalers whose target is this Deployment."""

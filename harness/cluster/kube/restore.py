@@ -71,6 +71,7 @@ class Restoring:
             self._keda_annotate(so, None)
             done.append(f"unpaused ScaledObject {so}")
             self._keda_paused.remove(so)
+        self.scaling.release()  # the count is the cluster's scalers' again
         self._patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         self.restored = done
         self._events.emit("restored", what=done)

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from harness.cluster import PodView, Target, TargetError
 from harness.cluster.config import RunConfig
@@ -15,6 +16,7 @@ from harness.cluster.kube.actions import Actions
 from harness.cluster.kube.common import connect
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restoring
+from harness.cluster.kube.scaling import HARNESS_MANAGER, ScalerObserver
 from harness.cluster.kube.watches import Watching, _Watch, pod_view
 from harness.cluster.podspec import prestop_s
 from harness.events import Event, EventLog
@@ -36,6 +38,7 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
             )
         self._api = api
         self._events = EventLog(self.run_dir / "events.jsonl")
+        self.scaling = ScalerObserver(self._events.emit, self.k.deployment)
         self._pods: dict[str, object] = {}  # uid -> last pod
         self._lock = threading.RLock()
         self._watches: list[_Watch] = []
@@ -55,6 +58,9 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
         self.api = self._api or connect(self.k.kubeconfig, self.k.context)
+        # the harness's own writes carry its name (managedFields), so the replica
+        # changes that are not its own can be told apart and named
+        self.api.user_agent = f"{HARNESS_MANAGER}/1"
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.policy = client.PolicyV1Api(self.api)
@@ -82,13 +88,37 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
             ),
             ("endpointslices", self.discovery.list_namespaced_endpoint_slice, self._on_slice, {}),
             ("events", self.core.list_namespaced_event, self._on_k8s_event, {}),
+            (
+                "deployment",
+                self.apps.list_namespaced_deployment,
+                self._as_dict(self.scaling.on_deployment),
+                {"field_selector": f"metadata.name={self.k.deployment}"},
+            ),
+            *self._hpa_watch(),
         ):
             w = _Watch(name, lister, on_event, self._relister(name, on_event), self.ns, **kw)
             self._watches.append(w)
             w.start()
         self._record_original(dep)
+        scalers = self.workload_scalers()
+        if scalers:
+            self._events.emit("workload_scalers", names=scalers)
         if self.k.gateway_pods_selector and not self.k.gateway_log_files:
             self._stream_gateway_logs()
+
+    def _as_dict(self, on_event):
+        """A watch callback fed the object as the API's JSON (the observer's input)."""
+        return lambda kind, obj: on_event(kind, self.api.sanitize_for_serialization(obj))
+
+    def _hpa_watch(self) -> list[tuple]:
+        """The HPAs' watch, where the harness may list them (RBAC autoscaling list/watch)."""
+        hpas = client.AutoscalingV2Api(self.api)
+        try:
+            hpas.list_namespaced_horizontal_pod_autoscaler(self.ns, limit=1)
+        except ApiException:
+            return []
+        on_hpa = self._as_dict(self.scaling.on_hpa)
+        return [("hpas", hpas.list_namespaced_horizontal_pod_autoscaler, on_hpa, {})]
 
     def close(self) -> None:
         try:

@@ -212,6 +212,7 @@ class Watching:
             reason=ev.reason,
             message=(ev.message or "")[:300],
             object=obj.kind,
+            name=obj.name,
         )
 
     def _stop_watches(self) -> None:
