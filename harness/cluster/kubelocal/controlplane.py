@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import ssl
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from harness.client import http_get
-from harness.cluster.kubelocal.daemons import Daemons
+from harness.cluster.kubelocal.daemons import Daemons, built
 from harness.errors import RollcheckError
 from harness.files import write_atomic
 from harness.proc import free_port, reap_leftovers
@@ -38,14 +36,11 @@ class ControlPlaneError(RollcheckError, RuntimeError):
 
 def binaries_dir() -> Path:
     """The cached binaries, built on first use (tens of minutes once, then instant)."""
-    env_dir = os.environ.get("ROLLCHECK_KUBE_BIN")
-    if env_dir:
-        return Path(env_dir)
-    r = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ControlPlaneError(f"building the control plane failed (bash {BUILD_SCRIPT}): {last}")
-    return Path(r.stdout.strip().splitlines()[-1])
+    return built(
+        BUILD_SCRIPT,
+        "ROLLCHECK_KUBE_BIN",
+        lambda line: ControlPlaneError(f"building the control plane failed ({line})"),
+    )
 
 
 # --- certificates ----------------------------------------------------------------

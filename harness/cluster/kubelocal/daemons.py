@@ -4,6 +4,7 @@ own process group with its own log, remembered for the reaper, waited on until r
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable
@@ -15,6 +16,20 @@ from harness.cluster.local.kubelet import die_with_parent
 from harness.files import open_append
 from harness.proc import PidFile, stop_group
 from harness.waits import wait_until
+
+
+def built(script: Path, env_override: str, error: Callable[[str], Exception]) -> Path:
+    """The folder a cached build script prints last (building on first use), or the one
+    the environment variable `env_override` names; `error(line)` when the build fails,
+    with its last line of output."""
+    given = os.environ.get(env_override)
+    if given:
+        return Path(given)
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise error(f"bash {script}: {last}")
+    return Path(r.stdout.strip().splitlines()[-1])
 
 
 def spawn_logged(log_path: Path, cmd: list[str], env: dict | None = None) -> subprocess.Popen:

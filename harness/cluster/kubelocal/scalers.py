@@ -16,7 +16,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from kubernetes import client
 
 from harness.client import http_get
 from harness.cluster.kubelocal.controlplane import ControlPlane, serving_cert
-from harness.cluster.kubelocal.daemons import Daemons
+from harness.cluster.kubelocal.daemons import Daemons, built
 from harness.errors import RollcheckError
 from harness.files import write_atomic
 from harness.proc import free_port
@@ -44,14 +43,11 @@ class ScalersError(RollcheckError, RuntimeError):
 
 def keda_dir() -> Path:
     """KEDA's binaries and CRDs, built on first use (minutes once, then instant)."""
-    env_dir = os.environ.get("ROLLCHECK_KEDA_BIN")
-    if env_dir:
-        return Path(env_dir)
-    r = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ScalersError(f"building KEDA failed (bash {BUILD_SCRIPT}): {last}")
-    return Path(r.stdout.strip().splitlines()[-1])
+    return built(
+        BUILD_SCRIPT,
+        "ROLLCHECK_KEDA_BIN",
+        lambda line: ScalersError(f"building KEDA failed ({line})"),
+    )
 
 
 def prometheus_binary() -> Path:
