@@ -194,6 +194,8 @@ def test_why_the_replicaset_removed_that_pod():
     )
     assert "only one of 2 not ready" in removal_reason("a", [pod("a", None), b])
     assert "ready the shortest time" in removal_reason("b", [a, b])
+    twin = pod("t", "2026-12-01T10:00:10Z", node="n1")
+    assert "a tie" in removal_reason("a", [a, twin])
     assert "ran 2 of the 3 replicas" in removal_reason(
         "a", [a, pod("c", "2026-12-01T10:00:30Z", node="n0"), b]
     )

@@ -216,8 +216,9 @@ class ScenarioTiming:
     # engine compiles on its first requests, which are not the steady state's TTFT
     warm_requests: int = 0
     # the engines as a third witness: every pod's /metrics read this often through the run
-    # (request_success_total by finished_reason, running and waiting); 0: not read
-    engine_poll_s: float = 1.0
+    # (request_success_total by finished_reason, running and waiting); 0: not read. Its
+    # counters add up between reads; on a cluster each read goes through the API server
+    engine_poll_s: float = 2.0
     # longest wait for the steady state (streams in flight on the victim, by the harness's
     # records and the engine's metrics); past it the run is inconclusive
     steady_state_s: float = 60.0

@@ -114,9 +114,14 @@ def removal_reason(name: str, pods: list[dict]) -> str:
             f"it had been ready the shortest time of {n} (since {since}): with no "
             "pod-deletion-cost set the ReplicaSet removes the most recently ready first"
         )
-    created = (me.get("metadata") or {}).get("creationTimestamp") or ""
-    if others and all(((o.get("metadata") or {}).get("creationTimestamp") or "") <= created
-                      for o in others):  # fmt: skip
+    created_of = lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""  # noqa: E731
+    created = created_of(me)
+    if others and all(_ready_since(o) == since and created_of(o) == created for o in others):
+        return (
+            f"all {n} replicas were created and ready in the same second ({created}) with no "
+            "pod-deletion-cost set: a tie, which the ReplicaSet breaks by its own order"
+        )
+    if others and all(created_of(o) <= created for o in others):
         return f"it was the newest of {n} (created {created})"
     return f"the ReplicaSet's order (readiness, pod-deletion-cost, age) among {n} replicas"
 
