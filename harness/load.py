@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from harness.files import check_writable, open_append, write_atomic
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import wait_until
-from loadgen.settings import LoadSettings
+from loadgen.settings import LoadSettings, web_ui_address
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
 
@@ -57,6 +58,27 @@ class LoadResult:
     def raise_for_accounting(self) -> None:
         if self.problems:
             raise LoadError("; ".join(self.problems))
+
+
+def check_web_ui_free(value: str) -> None:
+    """load.web_ui's address can be listened on (before the load starts, in one line)."""
+    host, port = web_ui_address(value)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise LoadError(
+            f"load.web_ui {value}: cannot resolve {host} ({exc}); give an address and a port"
+        ) from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Locust's server does
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise LoadError(
+                f"load.web_ui {value}: cannot listen there ({exc.strerror or exc}); "
+                "give load.web_ui a free port"
+            ) from None
 
 
 class LoadRun:
@@ -118,6 +140,8 @@ class LoadRun:
                 "check load.path and the base URL (it should not include /v1/...)"
             )
         self._check_context(headers)
+        if self.settings.web_ui:
+            check_web_ui_free(self.settings.web_ui)
 
     def _check_context(self, headers: dict) -> None:
         """The answers asked for fit the model's context (max_model_len, which vLLM reports
@@ -170,9 +194,15 @@ class LoadRun:
         if s.long_answer_user:
             classes.append("LongAnswerUser")
             users += 1
-        base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless"]
+        base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
         base += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
         lead = base + ["-u", str(users), "-r", str(s.spawn_rate), *classes]
+        if s.web_ui:
+            # the web UI, started at once with the run's users; stopped by the run, as ever
+            host, web_port = web_ui_address(s.web_ui)
+            lead += ["--autostart", "--web-host", host, "--web-port", str(web_port)]
+        else:
+            lead.append("--headless")
         if n_workers:
             port = s.master_port or free_port()
             lead += ["--master", "--master-bind-host", s.master_bind]
@@ -181,7 +211,8 @@ class LoadRun:
         self.master = self._spawn(lead, env, "master")
         local = "127.0.0.1" if s.master_bind in ("0.0.0.0", "*", "") else s.master_bind
         for i in range(s.workers):
-            cmd = base + ["--worker", "--master-host", local, "--master-port", str(port)]
+            cmd = base + ["--headless", "--worker", "--master-host", local]
+            cmd += ["--master-port", str(port)]
             wenv = dict(env, ROLLCHECK_WORKER_INDEX=str(i))
             self.workers.append(self._spawn(cmd + classes, wenv, f"worker-{i}"))
         self._wait(lambda st: st is not None, self.start_timeout_s, "Locust to start")
@@ -201,12 +232,17 @@ class LoadRun:
             return None
 
     def counts(self) -> dict:
-        """Live counts: sent, finished (records written), in flight."""
+        """Live counts: sent, finished (records written), in flight, and of the finished,
+        complete and broken (every other outcome) as the workers judged them."""
         st = self.status() or {}
+        outcomes = st.get("outcomes") or {}
+        complete = outcomes.get("complete", 0)
         return {
             "sent": st.get("sent", 0),
             "finished": st.get("records", 0),
             "in_flight": st.get("in_flight", 0),
+            "complete": complete,
+            "broken": sum(outcomes.values()) - complete,
         }
 
     def outlasting(self, t: float) -> set[str] | None:

@@ -72,6 +72,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--kubeconfig", default=None, help="kubeconfig for --target kube")
     group.addoption(
+        "--deadline-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the session must end within this (a CI job's limit): a worst case beyond it is "
+        "said before the first scenario, naming what to drop or shorten (in the nightly pod, "
+        "its Job's activeDeadlineSeconds is read when this is not given)",
+    )
+    group.addoption(
         "--dry-run",
         action="store_true",
         default=False,
@@ -108,7 +117,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("rollcheck_set") or config.getoption("config"):
         # a bad --set or config file is one line now, not an error in every scenario's
         # fixture set-up (with the fixture's code printed) after collection
-        _run_config(config)
+        cfg = _run_config(config)
+        if cfg.load.web_ui:  # a port in use: said now, not after the first target settles
+            from harness.load import LoadError, check_web_ui_free
+
+            try:
+                check_web_ui_free(cfg.load.web_ui)
+            except LoadError as exc:
+                raise pytest.UsageError(str(exc)) from None
+    deadline = config.getoption("deadline_s", None)
+    if deadline is not None and deadline <= 0:
+        raise pytest.UsageError(f"--deadline-s must be above 0, not {deadline:g}")
+    from harness import live
+
+    live.configure(config)
 
 
 def _check_reports_dir(path: Path) -> None:
@@ -160,7 +182,17 @@ def run_dir(request) -> Path:
 
 
 @pytest.fixture
-def target(request, rollcheck_config, run_dir):
+def progress(request, rollcheck_config):
+    """The scenario's phase lines and its status while it waits (harness.progress), from
+    the start of its target to its verdict."""
+    from harness import live
+
+    with live.scenario_progress(request.config, request.node.name, rollcheck_config) as prog:
+        yield prog
+
+
+@pytest.fixture
+def target(request, rollcheck_config, run_dir, progress):
     """The target, started and settled; stopped (and restored) afterwards."""
     kind = request.config.getoption("target")
     if kind == "local":
@@ -176,18 +208,26 @@ def target(request, rollcheck_config, run_dir):
 
         tgt = kube_target(rollcheck_config, run_dir)
     try:
+        progress.phase(f"starting the target: {kind}, {rollcheck_config.replicas} replicas")
         tgt.start()
+        progress.target = tgt
         # bringing the target up is not under test: scenario.settle_s allows for slow
         # engine starts (at least three of the simulator's, which the config knows)
         startup = rollcheck_config.engine.startup_s if kind == "local" else 0
         tgt.hold_count(rollcheck_config.replicas)  # a scaler of the workload's own waits
+        progress.desired = rollcheck_config.replicas
+        progress.phase(f"settling: waiting for {rollcheck_config.replicas} ready replicas")
         tgt.wait_settled(
             rollcheck_config.replicas,
             timeout_s=max(rollcheck_config.scenario.settle_s, 3 * startup + 30),
             stall_s=rollcheck_config.scenario.startup_stall_s,
         )
+        ready = len(tgt.ready_pods())
+        progress.phase(f"settled: {ready} of {rollcheck_config.replicas} replicas ready")
         yield tgt
     finally:
+        progress.follow()
+        progress.closing = True
         tgt.close()
         if getattr(tgt, "restored", None) and (run_dir / "summary.json").exists():
             # the restore came after the report: draw it again with the restore in it
@@ -197,7 +237,7 @@ def target(request, rollcheck_config, run_dir):
 
 
 @pytest.fixture
-def scenario(request, rollcheck_config, target, run_dir):
+def scenario(request, rollcheck_config, target, run_dir, progress):
     """The scenario helper: steady state, act, observe, judge."""
     from harness.dryrun import DryRunScenario
     from harness.scenario import Scenario
@@ -205,7 +245,7 @@ def scenario(request, rollcheck_config, target, run_dir):
     kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
     cfg, calibration = _calibrated(request.config, rollcheck_config, target)
     cls = DryRunScenario if cfg.kube.dry_run else Scenario
-    sc = cls(request.node.name, kind, cfg, target, run_dir)
+    sc = cls(request.node.name, kind, cfg, target, run_dir, progress)
     if calibration is not None:
         sc.extras["calibration"] = calibration.as_dict()
     yield sc
@@ -293,6 +333,24 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1], str(call.excinfo.value))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first scenario: the scenarios selected and the session's estimated time,
+    the worst case beside it, and a deadline the worst case would overrun."""
+    items = [i for i in session.items if "scenario" in getattr(i, "fixturenames", ())]
+    if not items or session.config.option.collectonly:
+        return
+    from harness import live
+
+    config = session.config
+    try:
+        cfg = _run_config(config)
+    except pytest.UsageError:
+        return  # said when the first scenario asks for its config
+    lines = live.session_outlook(config, cfg, items, KINDS)
+    _say(config, [line for line in lines if "WARNING" not in line])
+    _say(config, [line for line in lines if "WARNING" in line], yellow=True)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if session_dir_key not in config.stash:
@@ -316,6 +374,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         history, _ = write_history(session_dir.parent)
     except RollcheckError as exc:  # an old session the history cannot read: said, not fatal
         history = f"not written ({exc})"
+    if tr._tw.width_of_current_line:  # after the progress column ("[100%]")
+        tr._tw.line()
     for line in verdict_lines(session_dir):
         tr.write_line(line)
     tr.write_line(f"rollcheck: session report {index}")
@@ -362,5 +422,22 @@ def verdict_lines(session_dir: Path) -> list[str]:
         lines.append(
             f"rollcheck: {s.get('name')} {s['verdict'].upper()}, goodput {goodput_text(s)}"
             + (f", {att}" if att else "")
+            + timing_text(s.get("timing"))
         )
     return lines
+
+
+def timing_text(timing) -> str:
+    """ ", 2m10s, 64% waiting (longest: the rollout, 48s)" from summary.json's timing."""
+    from harness.progress import clock
+
+    if not isinstance(timing, dict) or not isinstance(timing.get("wall_s"), (int, float)):
+        return ""
+    text = f"; {clock(timing['wall_s'])}"
+    share = timing.get("waiting_share")
+    if isinstance(share, (int, float)):
+        text += f", {share:.0%} waiting"
+        longest = timing.get("longest_wait") or {}
+        if isinstance(longest, dict) and longest.get("what"):
+            text += f" (longest: {longest['what']}, {clock(longest.get('s') or 0)})"
+    return text

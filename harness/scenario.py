@@ -24,6 +24,7 @@ from harness.files import write_atomic
 from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access_log, read_error_log
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
+from harness.progress import Progress
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
 from harness.waits import hold
@@ -49,9 +50,20 @@ class ScenarioSkipped(Exception):
 
 
 class Scenario:
-    def __init__(self, name: str, kind: str, cfg: RunConfig, target: Target, run_dir: Path):
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        cfg: RunConfig,
+        target: Target,
+        run_dir: Path,
+        progress: Progress | None = None,
+    ):
         self.name, self.kind, self.cfg, self.target = name, kind, cfg, target
         self.run_dir = Path(run_dir)
+        # phase lines and the status while waiting (the plugin's, started with the target)
+        self.progress = progress or Progress(name, cfg.ui.progress_every_s)
+        self.progress.target = target
         self.load: LoadRun | None = None
         self.victims: list[str] = []
         self.victim_in_flight: dict[str, int] = {}
@@ -88,14 +100,18 @@ class Scenario:
         self._start_witness()
         self.t_start = time.time()
         self.load.start()
-        self._sleep(self.cfg.scenario.warmup_s)
+        self.progress.load = self.load
+        self.progress.phase(f"load started: {describe_load(settings)}")
+        self._sleep(self.cfg.scenario.warmup_s, "the warm-up")
         n = self.cfg.scenario.in_flight if in_flight is None else in_flight
         if n:
             try:
                 self.load.wait_until_in_flight(n, timeout_s=self.cfg.scenario.steady_state_s)
             except LoadError as exc:
                 self.inconclusive(f"steady state not reached: {exc}")
-        self.target.action("steady_state", in_flight=self.load.counts()["in_flight"])
+        streams = self.load.counts()["in_flight"]
+        self.target.action("steady_state", in_flight=streams)
+        self.progress.phase(f"steady state: {streams} streams in flight")
 
     def _start_witness(self) -> None:
         """The engines' own counts through the run (harness.engine_counts), from now."""
@@ -179,6 +195,8 @@ class Scenario:
         running by its engine's metrics (the evidence when streams cannot be traced)."""
         self.victims = list(pods)
         self.victim_in_flight = {p: self.target.in_flight(p) for p in pods}
+        running = ", ".join(f"{n} on {p}" for p, n in self.victim_in_flight.items())
+        self.progress.phase(f"victim chosen: streams running {running} (the engine's gauge)")
 
     def kill(self, pod: str) -> None:
         """Kill the pod's engine (scenario.kill_signal), and wait until the target shows it
@@ -298,7 +316,7 @@ class Scenario:
 
     def autoscale_for_step(self) -> int:
         """React to the load step as an HPA on in-flight requests per replica would."""
-        self._sleep(self.cfg.scenario.hpa_sync_s)
+        self._sleep(self.cfg.scenario.hpa_sync_s, "the HPA's sync")
         pods = self.target.ready_pods()
         busy = [self.target.pod_metrics(p.name) for p in pods]
         per_replica = sum(
@@ -331,7 +349,7 @@ class Scenario:
         # polling: scenario.hpa_sync_s): handed an answer its source has not seen yet, a
         # scaler acts on a reading from before it (measured: KEDA read 0 from Prometheus
         # one scrape behind and scaled the replica with the answer to zero)
-        self._sleep(self.cfg.scenario.hpa_sync_s)
+        self._sleep(self.cfg.scenario.hpa_sync_s, "the scaler's metrics to catch up")
         self.target.hand_back(as_act)
 
     def wait_scaler_scaled_up(self, before: int) -> int:
@@ -534,6 +552,7 @@ class Scenario:
         scenario.startup_stall_s, for as long as a replacement's start-up progresses (up
         to settle_s): a recovery later than recovery_s is then measured, not cut off."""
         n = self.cfg.replicas if replicas is None else replicas
+        self.progress.desired = n
         timing = self.cfg.scenario
         ceiling = max(timing.recovery_s, timing.settle_s) if timing.startup_stall_s else None
         try:
@@ -615,10 +634,13 @@ class Scenario:
 
     def cool_down(self, seconds: float | None = None) -> None:
         """Keep the load running after recovery (scenario.cool_down_s by default)."""
-        self._sleep(self.cfg.scenario.cool_down_s if seconds is None else seconds)
+        seconds = self.cfg.scenario.cool_down_s if seconds is None else seconds
+        self.progress.phase(f"cool-down: {seconds:g} s more of load")
+        self._sleep(seconds, "the cool-down")
 
-    def _sleep(self, seconds: float) -> None:
-        hold(seconds, alive=self.load._check_alive if self.load is not None else None)
+    def _sleep(self, seconds: float, what: str = "time to pass") -> None:
+        alive = self.load._check_alive if self.load is not None else None
+        hold(seconds, alive=alive, what=what)
 
     # --- judge ---------------------------------------------------------------------
     def skip(self, reason: str):
@@ -716,9 +738,16 @@ class Scenario:
         slo_required: the phases that must hold requests for the SLO budgets to be
         evidence; slo_phases: the phases held to a budget."""
         self._health_stop.set()
-        result = self.load.stop()
+        still_open = self.load.counts()["in_flight"]
+        self.progress.phase(
+            f"stopping the load: {still_open} streams still open (they may finish within "
+            f"load.stop_timeout_s, {self.load.settings.stop_timeout_s:g} s)"
+        )
+        with self.progress.waiting("the load to stop", self.load.settings.stop_timeout_s + 30):
+            result = self.load.stop()
         witness = self._stop_witness()
         t_end = time.time()
+        self.progress.phase(f"judging {len(result.records)} records")
         records = result.records
         access_path, error_path = self.target.gateway_logs()
         self._wait_gateway_logged(access_path, records)
@@ -782,7 +811,10 @@ class Scenario:
         results = V.judge(data, [*everyone, *checks])
         from harness.report import write_run
 
+        self.progress.t_end = time.time()
+        self.extras["timing"] = self.progress.timing()
         self.summary = write_run(self, data, results, result.status)
+        self.progress.phase(f"verdict {self.summary['verdict'].upper()}")
         if self.summary["verdict"] != "pass":
             raise ScenarioFailed(V.failure_message(self.summary, data, breaking_event))
         return self.summary
@@ -803,3 +835,18 @@ class Scenario:
                 return False
 
         self.wait_for(logged, self.cfg.scenario.gateway_log_wait_s, "the gateway to log the run")
+
+
+def describe_load(s) -> str:
+    """The load's shape in a few words, for the phase line that starts it."""
+    if s.shape == "rate":
+        text = f"{s.rate_rps:g} requests/s"
+    elif s.shape == "step":
+        text = f"{s.users} users, {s.step_users} from +{s.step_at_s:g}s"
+    else:
+        text = f"{s.users} users"
+    if s.long_answer_user:
+        text += f" and one long answer ({s.long_answer_tokens} tokens)"
+    if s.web_ui:
+        text += f"; Locust's web UI at http://{s.web_ui}"
+    return text

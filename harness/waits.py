@@ -4,13 +4,17 @@ Every wait in rollcheck goes through `wait_until` (or `hold`, for a fixed time d
 which something must stay alive), so a timeout always reads the same way: "timed out
 after 30 s waiting for 2 streams in flight", raised as the caller's own error type.
 No dependencies: the load's gevent workers pass their own sleep.
+
+Each wait is told to the watch, if one is set (harness.progress: a scenario's status line
+and its time spent waiting): watch.begin(what, bound_s) returns a token for watch.end.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
 from harness.errors import RollcheckError
 
@@ -19,6 +23,36 @@ T = TypeVar("T")
 
 class WaitTimeout(RollcheckError):
     """A condition did not hold in time."""
+
+
+class Watch(Protocol):
+    def begin(self, what: str, bound_s: float) -> object: ...
+
+    def end(self, token: object) -> None: ...
+
+
+_watch: list[Watch | None] = [None]
+
+
+def set_watch(watch: Watch | None) -> Watch | None:
+    """Tell every wait from now to `watch` (None: to nobody); returns the one before."""
+    before, _watch[0] = _watch[0], watch
+    return before
+
+
+def current_watch() -> Watch | None:
+    return _watch[0]
+
+
+@contextmanager
+def _watched(what: str, bound_s: float):
+    watch = _watch[0]
+    token = watch.begin(what, bound_s) if watch is not None else None
+    try:
+        yield
+    finally:
+        if watch is not None:
+            watch.end(token)
 
 
 def wait_until(
@@ -42,6 +76,15 @@ def wait_until(
     weights and compiles), timeout_s counts from its last change, up to ceiling_s in
     all: a slow start that advances is waited for, a stuck one is not.
     The condition is always tried at least once, and once more at the deadline."""
+    with _watched(what, max(timeout_s, ceiling_s or 0.0)):
+        return _wait_until(
+            cond, timeout_s, what, interval_s, error, alive, detail, sleep, progress, ceiling_s
+        )
+
+
+def _wait_until(
+    cond, timeout_s, what, interval_s, error, alive, detail, sleep, progress, ceiling_s
+):
     start = last_change = time.monotonic()
     seen = progress() if progress is not None else None
     ceiling = start + (ceiling_s if ceiling_s is not None else timeout_s)
@@ -77,8 +120,14 @@ def hold(
     alive: Callable[[], object] | None = None,
     interval_s: float = 0.1,
     sleep: Callable[[float], object] = time.sleep,
+    what: str = "time to pass",
 ) -> None:
     """Let `seconds` pass, calling `alive` every interval_s (it raises to stop early)."""
+    with _watched(what, seconds):
+        _hold(seconds, alive, interval_s, sleep)
+
+
+def _hold(seconds, alive, interval_s, sleep) -> None:
     deadline = time.monotonic() + seconds
     while True:
         if alive is not None:

@@ -66,6 +66,7 @@ class WorkerState:
     def __init__(self) -> None:
         self.sent = 0
         self.finished = 0
+        self.outcomes: dict[str, int] = {}
         self.batch: list[dict] = []
         self.draining = False
         self.done = False
@@ -81,6 +82,7 @@ class WorkerState:
 
     def record(self, environment, record: StreamRecord) -> None:
         self.finished += 1
+        self.outcomes[record.outcome] = self.outcomes.get(record.outcome, 0) + 1
         self.batch.append(json.loads(record.to_json()))
         ok = record.outcome == "complete"
         environment.events.request.fire(
@@ -154,6 +156,7 @@ class WorkerState:
             "records": batch,
             "sent": self.sent,
             "finished": self.finished,
+            "outcomes": dict(self.outcomes),
             "in_flight": len(self.in_flight),
             "streams": self.streams(),
             "loop_lag": _pcts(self.loop_lag),
@@ -162,6 +165,14 @@ class WorkerState:
             "done": done,
             "pid": os.getpid(),
         }
+
+
+def _summed(counts: list[dict]) -> dict:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _pcts(values: list[float]) -> dict:
@@ -210,6 +221,7 @@ class Collector:
             "sent": sum(w["sent"] for w in ws),
             "records": self.written,
             "in_flight": sum(w["in_flight"] for w in ws),
+            "outcomes": _summed([w.get("outcomes") or {} for w in ws]),
             "streams": [s for w in ws for s in w.get("streams") or []],
             "workers": self.workers,
             "lost_workers": self.lost,
@@ -251,6 +263,8 @@ class Collector:
         self.records.close()
         self.write_status()
         self.env.runner.quit()
+        if getattr(self.env, "web_ui", None) is not None:  # load.web_ui: the process ends too
+            self.env.web_ui.stop()
 
     def _expected_workers(self) -> list[str]:
         """Workers whose last records we wait for: every one Locust has not lost."""

@@ -47,6 +47,10 @@ class LoadSettings:
     stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
     start_timeout_s: float = 30.0  # longest wait for Locust (and every worker) to start
     seed: int = 0
+    # HOST:PORT (or PORT, on 127.0.0.1): the master runs Locust's web UI there instead of
+    # headless, to watch the request rate and latency charts; the scenario still starts and
+    # stops the load, and every record is still shipped and counted
+    web_ui: str | None = None
 
     def validate(self) -> None:
         if self.shape not in SHAPES:
@@ -69,6 +73,22 @@ class LoadSettings:
             )
         if not self.path.startswith("/"):
             raise ValueError(f"path must start with '/', got {self.path!r}")
+        if self.web_ui is not None:
+            web_ui_address(self.web_ui)
+
+
+def web_ui_address(value: object) -> tuple[str, int]:
+    """load.web_ui as (host, port): HOST:PORT, or a PORT alone on 127.0.0.1."""
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535 or any(c.isspace() for c in host):
+        raise ValueError(
+            f"web_ui: {text!r} is not HOST:PORT (a port 1-65535, e.g. 127.0.0.1:8089 or 8089)"
+        )
+    return host, int(port)
 
 
 def auth_headers(api_key_env: str | None) -> dict[str, str]:

@@ -314,6 +314,25 @@ class Canary:
 
 
 @dataclass
+class Ui:
+    """What a run prints while it runs (harness.progress)."""
+
+    # a scenario's phase lines on the terminal (pytest's live logging prints them when it is
+    # on; they are in the captured log either way); false: the captured log only
+    phase_lines: bool = True
+    # off a terminal (CI logs, kubectl logs), the status of a wait as a plain line this often;
+    # on a terminal it is one line rewritten in place; 0: never
+    progress_every_s: float = 30.0
+    # a pod's start-up (scheduling, image, weights), for the session's time estimate only;
+    # default: engine.startup_s (the simulator's). On a GPU cluster: minutes
+    pod_startup_s: float | None = None
+
+    def validate(self) -> None:
+        if self.progress_every_s < 0:
+            raise ValueError(f"progress_every_s cannot be negative ({self.progress_every_s:g})")
+
+
+@dataclass
 class RunConfig:
     replicas: int = 3
     nodes: int = 2
@@ -333,6 +352,7 @@ class RunConfig:
     scenario: ScenarioTiming = field(default_factory=ScenarioTiming)
     kube: Kube = field(default_factory=Kube)
     canary: Canary = field(default_factory=Canary)
+    ui: Ui = field(default_factory=Ui)
 
     def validate(self) -> None:
         if self.replicas < 0 or self.nodes < 1:

@@ -550,6 +550,11 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
         status = json.loads((Path(s["report"]).parent / "load" / "status.json").read_text())
         (shipped,) = status["workers"].values()  # all its load from the external worker
         assert shipped["sent"] > 0
+    # the nightly's log as it runs: the outlook first, then each scenario's phases
+    assert "rollcheck: 11 scenario runs selected (" in r.stdout, r.stdout[:2000]
+    drain = [ln for ln in r.stdout.splitlines() if ln.startswith("rollcheck test_drain[pod] +")]
+    for said in ("act: evicting ", "SIGTERM to ", "endpoint of ", "recovered: ", "verdict PASS"):
+        assert any(said in ln for ln in drain), (said, drain)
     rollout = Path(summaries["test_rollout[surge1-unavail0]"]["report"]).read_text()
     assert "<td>restored</td>" in rollout and "pod template" in rollout  # the rollback
     sessions = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -913,3 +918,60 @@ def test_startup_without_a_startup_probe_is_a_real_crash_loop_and_is_rolled_back
     dep = deployment(kube_local, namespace)
     assert dep.spec.template.metadata.labels["version"] == "v1"  # rolled back
     assert len(ready_pods(kube_local, namespace)) == 2
+
+
+def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_shipped_rbac(
+    kube_local, namespace, tmp_path
+):
+    """The nightly's pod knows its Job's activeDeadlineSeconds before the first scenario
+    (harness.cluster.kube.deadline), as deploy/rbac.yaml's ServiceAccount: a real Job, its
+    real pod, read through the API server with that account's token."""
+    from harness.cluster.kube.common import connect
+    from harness.cluster.kube.deadline import job_deadline
+
+    root = Path(__file__).resolve().parents[2]
+    shipped = list(yaml.safe_load_all((root / "deploy/rbac.yaml").read_text()))
+    own = [d for d in shipped if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    kube_local.apply_objects(own, namespace)
+    batch, core = client.BatchV1Api(kube_local.api), client.CoreV1Api(kube_local.api)
+    image = next(d for d in sim_objects() if d["kind"] == "Deployment")["spec"]["template"]
+    container = dict(image["spec"]["containers"][0], name="rollcheck")
+    batch.create_namespaced_job(
+        namespace,
+        {
+            "metadata": {"name": "rollcheck-nightly-1"},
+            "spec": {
+                "activeDeadlineSeconds": 10800,
+                "backoffLimit": 0,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+            },
+        },
+    )
+    found: list = []
+
+    def job_pod() -> bool:
+        found[:] = core.list_namespaced_pod(namespace, label_selector="job-name").items
+        return bool(found)
+
+    wait_for(job_pod, 60, "the Job's pod")
+    token = core.create_namespaced_service_account_token(
+        "rollcheck", namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    kc = yaml.safe_load(Path(kube_local.kubeconfig).read_text())
+    kc["users"] = [{"name": "rollcheck", "user": {"token": token}}]
+    kc["contexts"][0]["context"]["user"] = "rollcheck"
+    path = tmp_path / "rollcheck.kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    wait_for(
+        lambda: batch.read_namespaced_job("rollcheck-nightly-1", namespace).status.start_time,
+        30,
+        "the Job's start time",
+    )
+    left, said = job_deadline(connect(str(path), None), found[0].metadata.name, namespace)
+    assert 10800 - 120 < left <= 10800, said
+    assert said.startswith("Job rollcheck-nightly-1's activeDeadlineSeconds 10800, ")
+    # a pod of no Job (rollcheck run by hand in a pod): no deadline to hold
+    core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "by-hand"}, "spec": {"containers": [container]}}
+    )
+    assert job_deadline(connect(str(path), None), "by-hand", namespace) is None

@@ -1,0 +1,247 @@
+"""How long a session will take, from the config alone, before it starts.
+
+Each scenario is a chain of waits: settle, warm-up, steady state, the act and its
+recovery, cool-down, stopping the load, judging. Each has a typical time (what it takes
+when things go as configured: a pod's start-up, an answer's length at the engine's pace,
+the planner's prediction for a rollout) and a worst case (every wait to its bound: the
+setting that bounds it). The worst case is what a deadline must hold; the estimate is
+what a session usually takes. Neither is measured: the session's own timing says what
+it took (summary.json "timing").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.plan import plan_rollout
+from harness.rollout_math import resolve
+
+STOP_MARGIN_S = 30.0  # LoadRun.stop's own margin beyond load.stop_timeout_s
+
+
+@dataclass
+class Part:
+    what: str
+    typical_s: float
+    worst_s: float
+    bound: str | None = None  # the setting that bounds the worst case ("scenario.recovery_s")
+
+
+class Sum:
+    """typical_s and worst_s: the sums over the items (parts, or scenarios)."""
+
+    def _items(self) -> list:
+        raise NotImplementedError
+
+    @property
+    def typical_s(self) -> float:
+        return sum(p.typical_s for p in self._items())
+
+    @property
+    def worst_s(self) -> float:
+        return sum(p.worst_s for p in self._items())
+
+
+@dataclass
+class ScenarioEstimate(Sum):
+    name: str
+    kind: str
+    parts: list[Part] = field(default_factory=list)
+
+    def _items(self) -> list:
+        return self.parts
+
+
+def pod_startup_s(cfg) -> float:
+    """A pod's start-up, for the estimate: ui.pod_startup_s, else the engine's own."""
+    given = cfg.ui.pod_startup_s
+    return float(given) if given is not None else float(cfg.engine.startup_s)
+
+
+def answer_s(cfg, tokens: int) -> float:
+    """An answer of `tokens` at the engine's pace (its ttft and inter-token latency)."""
+    return cfg.engine.ttft_s + tokens * cfg.engine.itl_s
+
+
+def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | None = None):
+    """The parts of one scenario run, typical and worst."""
+    t, load = cfg.scenario, cfg.load
+    startup = pod_startup_s(cfg)
+    longest = max(s.tokens for s in load.max_tokens)
+    settle_worst = (
+        max(t.settle_s, 3 * cfg.engine.startup_s + 30) if target == "local" else t.settle_s
+    )
+    # the local target starts its engines for each scenario; a cluster's already run
+    settle = startup + 1.0 if target == "local" else 2.0
+    parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
+    if t.warm_requests:
+        warm = t.warm_requests * answer_s(cfg, 16)
+        parts.append(Part("warm requests", warm, warm))
+    parts.append(Part("warm-up", t.warmup_s, t.warmup_s, "scenario.warmup_s"))
+    parts.append(Part("steady state", 1.0, t.steady_state_s, "scenario.steady_state_s"))
+    parts += _act(kind, cfg, startup, params or {})
+    if target == "kube" and kind in ("rollout", "canary", "startup"):
+        # the Deployment's template put back: a rollout the next scenario's settle waits for
+        back = _rollout_s(cfg, startup, 1.0, cfg.strategy.max_surge, cfg.strategy.max_unavailable)
+        parts.append(Part("the restore's rollout", back, 0.0, "scenario.settle_s"))
+    cool = t.step_cool_down_s if kind == "scale_up" else t.cool_down_s
+    parts.append(Part("cool-down", cool, cool, "scenario.cool_down_s"))
+    stop_typical = min(load.stop_timeout_s, answer_s(cfg, longest) / 2)
+    parts.append(
+        Part(
+            "stopping the load",
+            stop_typical,
+            load.stop_timeout_s + STOP_MARGIN_S,
+            "load.stop_timeout_s",
+        )
+    )
+    parts.append(Part("judging", 1.0, t.gateway_log_wait_s + 2.0, "scenario.gateway_log_wait_s"))
+    return ScenarioEstimate(name, kind, parts)
+
+
+def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
+    """The act and the waits after it, as each scenario file makes them (scenarios/):
+    the typical time of each, and the bound its wait has."""
+    t, load = cfg.scenario, cfg.load
+    # wait_recovered follows a start-up that progresses up to settle_s (startup_stall_s)
+    ceiling = max(t.recovery_s, t.settle_s) if t.startup_stall_s else t.recovery_s
+    longest = answer_s(cfg, max(s.tokens for s in load.max_tokens))
+    long_answer = answer_s(cfg, load.long_answer_tokens)
+    rolling = _rollout_s(
+        cfg, startup, longest, cfg.strategy.max_surge, cfg.strategy.max_unavailable
+    )
+
+    def part(what: str, typical: float, worst: float, bound: str = "scenario.recovery_s"):
+        return Part(what, typical, worst, bound)
+
+    victim = part("choosing the victim", 1.0, t.steady_state_s, "scenario.steady_state_s")
+    recovered = part("recovery", 1.0, ceiling)
+    if kind == "rollout":
+        # the scenario's own strategy (its parameters), else the config's
+        surge = params.get("max_surge", cfg.strategy.max_surge)
+        unavailable = params.get("max_unavailable", cfg.strategy.max_unavailable)
+        duration = _rollout_s(cfg, startup, longest, surge, unavailable)
+        return [part("the rollout", duration, t.recovery_s), recovered]
+    if kind == "canary":
+        return [
+            part("the canary's start", startup, cfg.canary.ready_s, "canary.ready_s"),
+            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
+            part("promoting or rolling back", rolling, t.recovery_s),
+            recovered,
+        ]
+    if kind == "startup":
+        start = max(startup, t.startup_version_s) * (1 + t.startup_restarts)
+        return [
+            part("the new version's start", start, t.recovery_s),
+            part("the rollout back or on", rolling, t.recovery_s),
+            recovered,
+        ]
+    if kind == "drain":
+        drain = cfg.pod.prestop_s + min(longest, cfg.engine.shutdown_timeout_s or longest)
+        return [
+            victim,
+            part(
+                "the eviction",
+                1.0,
+                t.eviction_retry_s + t.steady_state_s,
+                "scenario.eviction_retry_s",
+            ),
+            part("recovery", startup + drain, ceiling),
+        ]
+    if kind == "pod_kill":
+        return [
+            victim,
+            part("the kill to show", 1.0, t.recovery_s),
+            part("recovery", startup, ceiling),
+        ]
+    if kind == "scale_up":
+        step = max(0.0, load.step_at_s - t.warmup_s)
+        parts = [part("the load step", step, step + t.steady_state_s, "load.step_at_s")]
+        if cfg.kube.scaler == "cluster":
+            parts.append(part("the scaler's decision", t.hpa_sync_s, t.recovery_s))
+        return parts + [
+            part("new replicas", t.hpa_sync_s + startup, ceiling),
+            part("the queues to clear", 1.0, 0.0),
+        ]  # (within the recovery's bound)
+    if kind == "scale_down":
+        return [
+            victim,
+            part("the scale-down", t.hpa_sync_s + cfg.autoscaler.idle_s, t.recovery_s),
+            part("the long answer", long_answer, t.recovery_s),
+            recovered,
+        ]
+    if kind == "scale_to_zero":
+        return [
+            part("one replica", startup, ceiling),
+            part("the scaler", t.hpa_sync_s, 0.0),
+            part("zero replicas", long_answer + cfg.autoscaler.idle_s, t.recovery_s),
+        ]
+    return [recovered]
+
+
+def _rollout_s(cfg, startup: float, drain: float, surge, unavailable) -> float:
+    """The planner's prediction for a rollout of cfg.replicas with this strategy."""
+    replicas = max(1, cfg.replicas)
+    try:
+        s, u = resolve(surge, unavailable, replicas)
+        return plan_rollout(replicas, startup + 0.5, drain, s, u, step_s=1.0).duration_s
+    except ValueError:
+        return startup * replicas
+
+
+@dataclass
+class Outlook(Sum):
+    scenarios: list[ScenarioEstimate]
+
+    def _items(self) -> list:
+        return self.scenarios
+
+    def over(self, deadline_s: float) -> list[str]:
+        """When the worst case exceeds the deadline: the scenarios whose dropping would
+        make it fit (the largest worst cases first, when at most half of them would do),
+        and the bounds that weigh most, with the value each would need alone."""
+        excess = self.worst_s - deadline_s
+        if excess <= 0:
+            return []
+        advice = []
+        drop, freed = [], 0.0
+        for s in sorted(self.scenarios, key=lambda s: -s.worst_s):
+            if freed >= excess:
+                break
+            drop.append(s)
+            freed += s.worst_s
+        if len(drop) <= max(1, len(self.scenarios) // 2):
+            advice.append("drop " + ", ".join(f"{s.name} (worst {clock(s.worst_s)})" for s in drop))
+        weights: dict[str, tuple[float, int]] = {}
+        for s in self.scenarios:
+            for p in s.parts:
+                if p.bound and p.worst_s > p.typical_s:
+                    total, n = weights.get(p.bound, (0.0, 0))
+                    weights[p.bound] = (total + p.worst_s, n + 1)
+        shorten = []
+        for key, (total, n) in sorted(weights.items(), key=lambda kv: -kv[1][0])[:3]:
+            value = self.bound_value(key)
+            alone = value - excess / n if value is not None else None
+            enough = f", at most {alone:.0f} s would fit alone" if alone and alone > 0 else ""
+            shorten.append(f"{key} ({n} waits, {clock(total)} of the worst case{enough})")
+        advice.append(("or shorten " if advice else "shorten ") + ", ".join(shorten))
+        return advice
+
+    def bound_value(self, key: str) -> float | None:
+        """The setting's value, as the parts bounded by it alone carry it."""
+        for s in self.scenarios:
+            for p in s.parts:
+                if p.bound == key and p.what in ("settle", "recovery", "steady state"):
+                    return p.worst_s
+        return None
+
+
+def outlook(selected: list[tuple[str, str, dict]], cfg, target: str) -> Outlook:
+    """selected: (name, kind, parameters) of each scenario run."""
+    return Outlook([estimate_scenario(n, k, cfg, target, p) for n, k, p in selected])
+
+
+def clock(seconds: float) -> str:
+    from harness.progress import clock as as_clock
+
+    return as_clock(seconds)

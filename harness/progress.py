@@ -1,0 +1,346 @@
+"""What a scenario is doing as it happens: phase lines, and a status while it waits.
+
+Phase lines go through the `rollcheck` logger at INFO, one line per step, with the time
+since the scenario started: "test_drain[pod] +12.4s act: evicting rollcheck-sim-v1-1".
+The scenario's own steps say where it is (settling, steady state, cool-down, stopping the
+load, judging); the target's events say what the cluster did (SIGTERM, an endpoint
+removed, a new pod ready, the scaler's decision, a PDB refusal), followed as they come.
+pytest's live logging (-o log_cli=true) prints them and its captured log keeps them; the
+plugin prints them itself when live logging is off (harness.pytest_plugin).
+
+Every bounded wait (harness.waits) tells the scenario's Progress what it waits for and
+until when; on the scenario's own thread the outermost one is "the wait", and the time
+spent in such waits is the scenario's waiting share. While a wait runs, a status line
+says what is waited for, how long of its bound has passed, and the load's figures:
+rewritten in place on a terminal (`status`, the plugin's), a plain INFO line every
+ui.progress_every_s elsewhere (CI logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from harness import waits
+
+log = logging.getLogger("rollcheck")
+
+FOLLOW_S = 0.5  # how often the target's events are read for phase lines
+TTY_STATUS_S = 1.0  # how often the terminal's status line is drawn
+REPEAT_S = 10.0  # the same event of the same pod again within this: not a new line
+CLOSING = {"restored", "uncordoned"}  # news while the target stops (the rest is its teardown)
+# events after which a pod no longer serves (for the count of ready pods)
+GONE = {
+    "unready",
+    "terminating",
+    "prestop_started",
+    "sigterm",
+    "sigkill",
+    "exited",
+    "pod_removed",
+    "deleted",
+    "evicted",
+}
+
+
+def clock(seconds: float) -> str:
+    """A duration as a person reads it: 45s, 2m10s, 1h05m."""
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _pod(e) -> str:
+    return e.pod or "?"
+
+
+def _action(e) -> str | None:
+    d = e.detail
+    kind = d.get("action")
+    if kind in ACTION_LINES:
+        return ACTION_LINES[kind](e, d)
+    return None
+
+
+ACTION_LINES: dict[str, Callable] = {
+    "rollout": lambda e, d: (
+        f"act: rolling out {d.get('to_version') or d.get('version', '')}"
+        + (f" ({d['max_surge']}/{d['max_unavailable']})" if "max_surge" in d else "")
+    ),
+    "evict": lambda e, d: f"act: evicting {_pod(e)}",
+    "drain_node": lambda e, d: f"act: draining node {e.node or d.get('node', '?')}",
+    "kill": lambda e, d: f"act: {d.get('signal', 'kill')} to {_pod(e)}",
+    "delete": lambda e, d: f"act: deleting {_pod(e)}",
+    "scale": lambda e, d: f"act: scaling to {d.get('replicas')} replicas",
+    "scale_down": lambda e, d: f"act: scaling down, removing {_pod(e)}",
+    "autoscaler": lambda e, d: f"act: the autoscaler set to {d.get('policy', d)}",
+    "load_step": lambda e, d: f"act: load step to {d.get('users')} users",
+    "kill_seen": lambda e, d: f"the kill of {_pod(e)} took effect ({d.get('evidence')})",
+    "recovered": lambda e, d: f"recovered: {d.get('replicas')} replicas ready and served",
+    "not_recovered": lambda e, d: f"not recovered: {d.get('why')}",
+    "replacement_served": lambda e, d: f"replacement {_pod(e)} served a complete stream",
+    "queues_clear": lambda e, d: "the replicas' queues are clear",
+    "rolled_out": lambda e, d: f"rolled out to {d.get('version')}: {', '.join(d.get('pods', []))}",
+    "scaler_removed": lambda e, d: f"the scaler's ReplicaSet removed {_pod(e)} ({d.get('why')})",
+    "restored": lambda e, d: "restored what the scenario changed",
+}
+
+
+def _replicas_line(e) -> str:
+    d = e.detail
+    who = d.get("by") or d.get("scaler") or "the scaler"
+    return f"replicas {d.get('replicas_from', '?')} -> {d.get('replicas_to', '?')} by {who}"
+
+
+def _fought_line(e) -> str:
+    d = e.detail
+    held = f"held at {d['held']}" if d.get("held") is not None else f"during the {d.get('during')}"
+    return (
+        f"a scaler fought the harness: replicas {held} set to {d.get('replicas_to')} by "
+        f"{d.get('by') or d.get('scaler') or 'an unnamed writer'}"
+    )
+
+
+def _hpa_line(e) -> str:
+    d = e.detail
+    limited = f", limited: {d['limited']}" if d.get("limited") else ""
+    return f"HPA {d.get('hpa')} wants {d.get('desired')} replicas (has {d.get('current')}{limited})"
+
+
+EVENT_LINES: dict[str, Callable] = {
+    "action": _action,
+    "sigterm": lambda e: f"SIGTERM to {_pod(e)}",
+    "sigkill": lambda e: f"SIGKILL to {_pod(e)}",
+    "exited": lambda e: f"the engine of {_pod(e)} exited",
+    "prestop_started": lambda e: f"preStop started on {_pod(e)}",
+    "endpoint_removed": lambda e: f"endpoint of {_pod(e)} removed from the gateway",
+    "eviction_refused": lambda e: f"the PodDisruptionBudget refused evicting {_pod(e)}; retrying",
+    "evicted": lambda e: f"evicted {_pod(e)}",
+    "cordoned": lambda e: f"cordoned node {e.node}",
+    "uncordoned": lambda e: f"uncordoned node {e.node}",
+    "pod_created": lambda e: f"pod {_pod(e)} created ({e.version})",
+    "probe_failed": lambda e: f"a probe failed on {_pod(e)} ({e.detail.get('probe', '')})",
+    "rollout_complete": lambda e: "the rollout completed",
+    "replicas_changed": _replicas_line,
+    "scaler_fought": _fought_line,
+    "scaler_status": _hpa_line,
+    "autoscaler_handed_back": lambda e: "the replica count handed back to the workload's scaler",
+    "restored": lambda e: "restored what the scenario changed",
+}
+
+
+class Progress:
+    """One scenario's progress, from when its target starts to its verdict."""
+
+    def __init__(
+        self,
+        name: str,
+        every_s: float = 30.0,
+        status: Callable[[str], None] | None = None,
+        clock_fn: Callable[[], float] = time.time,
+    ):
+        self.name = name
+        self.every_s = every_s
+        self.status = status  # a terminal's status line (rewritten in place), or None
+        self._now = clock_fn
+        self.t0 = clock_fn()
+        self.target = None
+        self.load = None
+        self.desired: int | None = None  # the replicas the scenario expects, for "N of M"
+        self._ready: set[str] = set()  # pods ready, as the events followed so far say
+        self._owner = threading.current_thread()
+        self._lock = threading.RLock()
+        self._seen = 0  # events already followed
+        self.closing = False  # the target is being stopped: only its restore is news
+        self._last: dict[tuple, float] = {}
+        self._wait: tuple[str, float, float] | None = None  # what, since, bound
+        self._depth = 0
+        self._last_status = 0.0
+        self.waited_s = 0.0
+        self.waits: dict[str, float] = {}  # seconds spent waiting, by what was waited for
+        self.t_end: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous_watch = None
+
+    # --- lines -----------------------------------------------------------------
+    def stamp(self, t: float | None = None) -> str:
+        return f"{self.name} +{(self._now() if t is None else t) - self.t0:.1f}s"
+
+    def phase(self, text: str, t: float | None = None) -> None:
+        """One phase line (the target's events up to now come first, in their order)."""
+        with self._lock:
+            self.follow()
+            self._clear_status()
+            log.info("%s %s", self.stamp(t), text)
+
+    def follow(self) -> None:
+        """A line for each event of the target's that matters, since the last call."""
+        target = self.target
+        if target is None:
+            return
+        with self._lock:
+            try:
+                events = target.events()
+            except Exception:  # a target going away: its next read, or none
+                return
+            new, self._seen = events[self._seen :], len(events)
+            for e in new:
+                if self.closing and e.kind not in CLOSING and e.detail.get("action") not in CLOSING:
+                    continue
+                describe = EVENT_LINES.get(e.kind)
+                text = describe(e) if describe else None
+                if e.pod and e.kind == "ready":
+                    self._ready.add(e.pod)
+                    of = f" of {self.desired}" if self.desired is not None else ""
+                    text = f"pod {e.pod} ready ({len(self._ready)}{of} ready)"
+                elif e.pod and e.kind in GONE:
+                    self._ready.discard(e.pod)
+                if not text:
+                    continue
+                key = (e.kind, e.pod, e.detail.get("action"))
+                if e.t - self._last.get(key, -1e18) < REPEAT_S and e.kind == "eviction_refused":
+                    continue
+                self._last[key] = e.t
+                self._clear_status()
+                log.info("%s %s", self.stamp(e.t), text)
+
+    def _ready_count(self) -> str:
+        try:
+            pods = self.target.pods()
+        except Exception:
+            return "?"
+        ready = sum(1 for p in pods if p.ready and not p.terminating)
+        return f"{ready} of {len(pods)} pods ready"
+
+    # --- the status while waiting -------------------------------------------------
+    def figures(self) -> str:
+        """The load's figures so far, and the pods', for a status line."""
+        parts = []
+        load = self.load
+        if load is not None:
+            c = load.counts()
+            parts.append(
+                f"requests {c['sent']} sent, {c.get('complete', 0)} complete, "
+                f"{c.get('broken', 0)} broken, {c['in_flight']} in flight"
+            )
+        if self.target is not None:
+            parts.append(self._ready_count())
+        return "; ".join(parts)
+
+    def status_text(self) -> str | None:
+        wait = self._wait
+        if wait is None:
+            return None
+        what, since, bound = wait
+        text = f"waiting for {what}: {clock(self._now() - since)} of {clock(bound)}"
+        figures = self.figures()
+        return f"{self.stamp()} {text}" + (f"; {figures}" if figures else "")
+
+    def tick(self) -> None:
+        """Follow the events; draw the status line on a terminal, or every every_s as a
+        plain line elsewhere."""
+        self.follow()
+        if self._wait is None:
+            return
+        now = self._now()
+        with self._lock:
+            if self.status is not None:
+                if now - self._last_status >= TTY_STATUS_S:
+                    self._last_status = now
+                    text = self.status_text()
+                    if text:
+                        self.status(text)
+            elif self.every_s > 0 and now - self._last_status >= self.every_s:
+                self._last_status = now
+                text = self.status_text()
+                if text:
+                    log.info("%s", text)
+
+    def _clear_status(self) -> None:
+        if self.status is not None and self._wait is not None:
+            self.status("")
+
+    # --- waits (harness.waits tells of each) -----------------------------------------
+    def begin(self, what: str, bound_s: float):
+        """A wait starts; on the scenario's thread, the outermost one is the wait."""
+        if threading.current_thread() is not self._owner:
+            return None
+        with self._lock:
+            self._depth += 1
+            if self._depth > 1:
+                return None
+            now = self._now()
+            self._wait = (what, now, bound_s)
+            # the first periodic line comes every_s into the wait, not at once
+            self._last_status = now if self.status is None else 0.0
+            return now
+
+    def end(self, token) -> None:
+        if threading.current_thread() is not self._owner:
+            return
+        with self._lock:
+            self._depth = max(0, self._depth - 1)
+            if token is None:
+                return
+            took = self._now() - token
+            what = self._wait[0] if self._wait else ""
+            self._clear_status()
+            self._wait = None
+            self.waited_s += took
+            self.waits[what] = self.waits.get(what, 0.0) + took
+
+    @contextlib.contextmanager
+    def waiting(self, what: str, bound_s: float):
+        token = self.begin(what, bound_s)
+        try:
+            yield
+        finally:
+            self.end(token)
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> Progress:
+        """Follow the events and draw the status from a thread of its own; every wait of
+        the process is told to this Progress until stop()."""
+        self._previous_watch = waits.set_watch(self)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        period = min(FOLLOW_S, TTY_STATUS_S)
+        while not self._stop.wait(period):
+            try:
+                self.tick()
+            except Exception:  # progress is never a reason for a scenario to stop
+                log.debug("progress tick failed", exc_info=True)
+
+    def stop(self) -> None:
+        self.follow()  # the restore's lines, say
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if waits.current_watch() is self:
+            waits.set_watch(self._previous_watch)
+        with self._lock:
+            self._clear_status()
+
+    def timing(self) -> dict:
+        """Wall time so far, the time spent waiting and the longest wait: summary.json's
+        "timing" and the session's last lines."""
+        wall = (self.t_end or self._now()) - self.t0
+        top = sorted(self.waits.items(), key=lambda kv: -kv[1])[:5]
+        return {
+            "wall_s": round(wall, 1),
+            "waiting_s": round(self.waited_s, 1),
+            "waiting_share": round(self.waited_s / wall, 3) if wall > 0 else None,
+            "longest_wait": {"what": top[0][0], "s": round(top[0][1], 1)} if top else None,
+            "waits": [{"what": what, "s": round(took, 1)} for what, took in top],
+        }
