@@ -77,7 +77,9 @@ ACTION_LINES: dict[str, Callable] = {
     "drain_node": lambda e, d: f"act: draining node {e.node or d.get('node', '?')}",
     "kill": lambda e, d: f"act: {d.get('signal', 'kill')} to {_pod(e)}",
     "delete": lambda e, d: f"act: deleting {_pod(e)}",
-    "scale": lambda e, d: f"act: scaling to {d.get('replicas')} replicas",
+    "scale": lambda e, d: (
+        f"scaling to {d.get('replicas')} replica" + ("" if d.get("replicas") == 1 else "s")
+    ),
     "scale_down": lambda e, d: f"act: scaling down, removing {_pod(e)}",
     "autoscaler": lambda e, d: f"act: the autoscaler set to {d.get('policy', d)}",
     "load_step": lambda e, d: f"act: load step to {d.get('users')} users",

@@ -431,13 +431,17 @@ def timing_text(timing) -> str:
     """ ", 2m10s, 64% waiting (longest: the rollout, 48s)" from summary.json's timing."""
     from harness.progress import clock
 
-    if not isinstance(timing, dict) or not isinstance(timing.get("wall_s"), (int, float)):
-        return ""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if not isinstance(timing, dict) or not number(timing.get("wall_s")):
+        return ""  # (a summary from before, or one rollcheck did not write)
     text = f"; {clock(timing['wall_s'])}"
     share = timing.get("waiting_share")
-    if isinstance(share, (int, float)):
+    if number(share):
         text += f", {share:.0%} waiting"
-        longest = timing.get("longest_wait") or {}
-        if isinstance(longest, dict) and longest.get("what"):
-            text += f" (longest: {longest['what']}, {clock(longest.get('s') or 0)})"
+        longest = timing.get("longest_wait")
+        if isinstance(longest, dict) and isinstance(longest.get("what"), str):
+            took = longest.get("s")
+            text += f" (longest: {longest['what'][:80]}, {clock(took if number(took) else 0)})"
     return text

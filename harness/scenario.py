@@ -657,6 +657,7 @@ class Scenario:
         }
         write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self.summary = summary
+        self.progress.phase(f"SKIPPED: {reason}")
         raise ScenarioSkipped(reason)
 
     def require_node_drain(self) -> None:

@@ -145,3 +145,17 @@ def ready_pods(kube_local, namespace: str) -> list:
         for p in core.list_namespaced_pod(namespace).items
         if is_ready(p) and p.metadata.deletion_timestamp is None
     ]
+
+
+def token_kubeconfig(kube_local, namespace: str, account: str, folder: Path) -> Path:
+    """A kubeconfig that acts as the ServiceAccount (a token of ten minutes)."""
+    core = client.CoreV1Api(kube_local.api)
+    token = core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    kc = yaml.safe_load(Path(kube_local.kubeconfig).read_text())
+    kc["users"] = [{"name": account, "user": {"token": token}}]
+    kc["contexts"][0]["context"]["user"] = account
+    path = folder / f"{account}.kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    return path

@@ -17,7 +17,13 @@ from harness.cluster import EvictionRefused, TargetError
 from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget, kube_target
 from harness.proc import free_port
-from tests.kube.conftest import ready_pods, sim_objects, wait_for, wait_pdb_healthy
+from tests.kube.conftest import (
+    ready_pods,
+    sim_objects,
+    token_kubeconfig,
+    wait_for,
+    wait_pdb_healthy,
+)
 from tests.scenario_runs import run_scenarios
 
 
@@ -289,14 +295,7 @@ def test_rbac_denial_names_the_verb_and_resource(kube_local, namespace, deployed
             "subjects": [{"kind": "ServiceAccount", "name": "readonly", "namespace": namespace}],
         }
     )
-    token = core.create_namespaced_service_account_token(
-        "readonly", namespace, {"spec": {"expirationSeconds": 600}}
-    ).status.token
-    kc = yaml.safe_load(Path(kube_local.kubeconfig).read_text())
-    kc["users"] = [{"name": "readonly", "user": {"token": token}}]
-    kc["contexts"][0]["context"]["user"] = "readonly"
-    path = tmp_path / "readonly.kubeconfig"
-    path.write_text(yaml.safe_dump(kc))
+    path = token_kubeconfig(kube_local, namespace, "readonly", tmp_path)
     before = deployment(kube_local, namespace).metadata.resource_version
     t = KubeTarget(
         load_config(None, [f"kube.kubeconfig={path}", f"kube.namespace={namespace}"]),
@@ -954,14 +953,7 @@ def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_shipped_rbac(
         return bool(found)
 
     wait_for(job_pod, 60, "the Job's pod")
-    token = core.create_namespaced_service_account_token(
-        "rollcheck", namespace, {"spec": {"expirationSeconds": 600}}
-    ).status.token
-    kc = yaml.safe_load(Path(kube_local.kubeconfig).read_text())
-    kc["users"] = [{"name": "rollcheck", "user": {"token": token}}]
-    kc["contexts"][0]["context"]["user"] = "rollcheck"
-    path = tmp_path / "rollcheck.kubeconfig"
-    path.write_text(yaml.safe_dump(kc))
+    path = token_kubeconfig(kube_local, namespace, "rollcheck", tmp_path)
     wait_for(
         lambda: batch.read_namespaced_job("rollcheck-nightly-1", namespace).status.start_time,
         30,
