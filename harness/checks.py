@@ -1018,8 +1018,13 @@ def measured_pod_times(d: RunData) -> tuple[float | None, float | None]:
 
 
 def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
-    """After a load step, how long TTFT breaks its SLO (p90 per window) before it recovers:
-    at least one full window under the SLO after the last breach, before the run ends."""
+    """After a load step, how long TTFT breaks its SLO before it recovers: the first full
+    window whose p90 is under the SLO and from which on the p90 of every request stays
+    under it, before the run ends. A later request over the SLO (a round-robin gateway
+    queues one behind long answers on one replica now and then) is then part of that
+    p90, as the SLO budgets count it, not the end of the recovery: in a window of 7
+    requests the "p90" is the slowest one, and one queued request made a recovered
+    step read as never recovered."""
     name = "ttft_recovers_after_step"
     expected = f"under {d.ttft_slo_s} s within {d.recovery_budget_s} s"
     if d.t_act is None:
@@ -1033,11 +1038,22 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
     full = {w: v for w, v in windows.items() if d.t_act + (w + 1) * window_s <= last_sent}
     if not full:
         return inconclusive(name, expected, "no full TTFT window after the step")
-    p90 = {w: sorted(v)[min(len(v) - 1, int(0.9 * len(v)))] for w, v in sorted(full.items())}
-    bad_windows = [w for w, v in p90.items() if v > d.ttft_slo_s]
-    last_bad = max(bad_windows, default=None)
-    breach_s = 0.0 if last_bad is None else (last_bad + 1) * window_s
-    recovered = last_bad is None or any(w > last_bad for w in p90)
+
+    def p90(values: list[float]) -> float:
+        return sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
+
+    ordered = sorted(full)
+    recovered_at = next(
+        (
+            w
+            for w in ordered
+            if p90(full[w]) <= d.ttft_slo_s
+            and p90([v for u in ordered if u >= w for v in full[u]]) <= d.ttft_slo_s
+        ),
+        None,
+    )
+    recovered = recovered_at is not None
+    breach_s = (recovered_at if recovered else ordered[-1] + 1) * window_s
     population = f"{len(after)} requests in {len(full)} windows of {window_s:g} s after the step"
     slow = [r for r in after if r.ttft_s is None or r.ttft_s > d.ttft_slo_s]
     hint = (
@@ -1063,7 +1079,12 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
             slow,
             hint,
         )
-    return passed(name, f"TTFT over SLO for {breach_s:.1f} s after the step", expected, population)
+    later = [v for u in ordered if u >= recovered_at for v in full[u]]
+    over = sum(1 for v in later if v > d.ttft_slo_s)
+    then = f", then {over} of {len(later)} requests over it (p90 under)" if over else ""
+    return passed(
+        name, f"TTFT over SLO for {breach_s:.1f} s after the step{then}", expected, population
+    )
 
 
 # --- information, not checks ----------------------------------------------------------------
