@@ -158,7 +158,8 @@ class Progress:
         self._ready: set[str] = set()  # pods ready, as the events followed so far say
         self._owner = threading.current_thread()
         self._lock = threading.RLock()
-        self._seen = 0  # events already followed
+        self._seen: set[int] = set()  # the events already followed (the log keeps them)
+        self._stamped = self.t0  # the time of the last line (lines never go back in time)
         self.closing = False  # the target is being stopped: only its restore is news
         self._last: dict[tuple, float] = {}
         self._wait: tuple[str, float, float] | None = None  # what, since, bound
@@ -180,7 +181,8 @@ class Progress:
         with self._lock:
             self.follow()
             self._clear_status()
-            log.info("%s %s", self.stamp(t), text)
+            self._stamped = max(self._stamped, self._now() if t is None else t)
+            log.info("%s %s", self.stamp(self._stamped), text)
 
     def follow(self) -> None:
         """A line for each event of the target's that matters, since the last call."""
@@ -192,13 +194,20 @@ class Progress:
                 events = target.events()
             except Exception:  # a target going away: its next read, or none
                 return
-            new, self._seen = events[self._seen :], len(events)
+            # by identity, not by position: a target may sort its events by time (the
+            # Kubernetes one does), so one stamped to the second lands among older ones
+            new = [e for e in events if id(e) not in self._seen]
+            self._seen.update(id(e) for e in new)
             for e in new:
+                if e.t < self.t0 - 1.0:
+                    continue  # what was there before the scenario (a watch's first list)
                 if self.closing and e.kind not in CLOSING and e.detail.get("action") not in CLOSING:
                     continue
                 describe = EVENT_LINES.get(e.kind)
                 text = describe(e) if describe else None
                 if e.pod and e.kind == "ready":
+                    if e.pod in self._ready:
+                        continue
                     self._ready.add(e.pod)
                     of = f" of {self.desired}" if self.desired is not None else ""
                     text = f"pod {e.pod} ready ({len(self._ready)}{of} ready)"
@@ -207,11 +216,17 @@ class Progress:
                 if not text:
                     continue
                 key = (e.kind, e.pod, e.detail.get("action"))
-                if e.t - self._last.get(key, -1e18) < REPEAT_S and e.kind == "eviction_refused":
-                    continue
+                if (
+                    e.kind not in ("action", "ready")
+                    and e.t - self._last.get(key, -1e18) < REPEAT_S
+                ):
+                    continue  # the same again (a PDB's refusal retried, a watch's repeat)
                 self._last[key] = e.t
                 self._clear_status()
-                log.info("%s %s", self.stamp(e.t), text)
+                # a cluster stamps to the second (a preStop's start is derived from its
+                # deletion time): a line is never stamped before the one above it
+                self._stamped = max(self._stamped, e.t)
+                log.info("%s %s", self.stamp(self._stamped), text)
 
     def _ready_count(self) -> str:
         try:

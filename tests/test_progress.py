@@ -54,10 +54,14 @@ def test_phase_lines_follow_the_targets_events_in_their_order(caplog):
     caplog.set_level(logging.INFO, "rollcheck")
     now = Clock(1000.0)
     events = [
-        Event(1001.0, "pod_created", pod="p-4", version="v1"),
+        Event(990.0, "pod_created", pod="p-1", version="v1"),  # before the scenario: not news
         Event(1000.5, "action", pod="p-1", detail={"action": "evict"}),
         Event(1000.6, "eviction_refused", pod="p-1"),
+        Event(1001.0, "pod_created", pod="p-4", version="v1"),
         Event(1001.6, "eviction_refused", pod="p-1"),  # a retry: not a new line
+        # a cluster stamps to the second: a preStop derived from its deletion time comes
+        # stamped before the line above it, and is said at that line's time
+        Event(1000.8, "prestop_started", pod="p-1"),
         Event(1002.0, "endpoint_removed", pod="p-1"),
         Event(1002.1, "sigterm", pod="p-1"),
         Event(1002.2, "action", detail={"action": "health_probe", "status": 200}),  # not news
@@ -65,7 +69,7 @@ def test_phase_lines_follow_the_targets_events_in_their_order(caplog):
         Event(
             1003.5,
             "replicas_changed",
-            detail={"replicas_from": 2, "replicas_to": 1, "by": "keda-operator", "scaler": "keda"},
+            detail={"replicas_from": 2, "replicas_to": 1, "by": "keda-operator"},
         ),
     ]
     p = Progress("test_drain[pod]", clock_fn=now)
@@ -73,9 +77,10 @@ def test_phase_lines_follow_the_targets_events_in_their_order(caplog):
     now.t = 1004.0
     p.phase("cool-down: 2 s more of load")
     assert lines(caplog) == [
-        "test_drain[pod] +1.0s pod p-4 created (v1)",
         "test_drain[pod] +0.5s act: evicting p-1",
         "test_drain[pod] +0.6s the PodDisruptionBudget refused evicting p-1; retrying",
+        "test_drain[pod] +1.0s pod p-4 created (v1)",
+        "test_drain[pod] +1.0s preStop started on p-1",
         "test_drain[pod] +2.0s endpoint of p-1 removed from the gateway",
         "test_drain[pod] +2.1s SIGTERM to p-1",
         "test_drain[pod] +3.0s pod p-4 ready (1 of 3 ready)",
