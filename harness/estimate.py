@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.plan import plan_rollout
+from harness.progress import clock
 from harness.rollout_math import resolve
 
 STOP_MARGIN_S = 30.0  # LoadRun.stop's own margin beyond load.stop_timeout_s
@@ -239,9 +240,3 @@ class Outlook(Sum):
 def outlook(selected: list[tuple[str, str, dict]], cfg, target: str) -> Outlook:
     """selected: (name, kind, parameters) of each scenario run."""
     return Outlook([estimate_scenario(n, k, cfg, target, p) for n, k, p in selected])
-
-
-def clock(seconds: float) -> str:
-    from harness.progress import clock as as_clock
-
-    return as_clock(seconds)
