@@ -18,7 +18,6 @@ ui.progress_every_s elsewhere (CI logs).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -312,14 +311,6 @@ class Progress:
             self._wait = None
             self.waited_s += took
             self.waits[what] = self.waits.get(what, 0.0) + took
-
-    @contextlib.contextmanager
-    def waiting(self, what: str, bound_s: float):
-        token = self.begin(what, bound_s)
-        try:
-            yield
-        finally:
-            self.end(token)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> Progress:

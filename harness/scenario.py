@@ -27,7 +27,7 @@ from harness.plan import hpa_desired
 from harness.progress import Progress
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
-from harness.waits import hold
+from harness.waits import hold, watched
 
 Check = Callable[[V.RunData], V.CheckResult]
 # a drain's victim holds a stream expected to outlast its preStop by this factor and 0.5 s
@@ -744,7 +744,7 @@ class Scenario:
             f"stopping the load: {still_open} streams still open (they may finish within "
             f"load.stop_timeout_s, {self.load.settings.stop_timeout_s:g} s)"
         )
-        with self.progress.waiting("the load to stop", self.load.settings.stop_timeout_s + 30):
+        with watched("the load to stop", self.load.settings.stop_timeout_s + 30):
             result = self.load.stop()
         witness = self._stop_witness()
         t_end = time.time()

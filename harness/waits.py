@@ -45,7 +45,9 @@ def current_watch() -> Watch | None:
 
 
 @contextmanager
-def _watched(what: str, bound_s: float):
+def watched(what: str, bound_s: float):
+    """A wait of the caller's own (a process's exit, say), told to the watch as every
+    wait_until and hold is."""
     watch = _watch[0]
     token = watch.begin(what, bound_s) if watch is not None else None
     try:
@@ -76,7 +78,7 @@ def wait_until(
     weights and compiles), timeout_s counts from its last change, up to ceiling_s in
     all: a slow start that advances is waited for, a stuck one is not.
     The condition is always tried at least once, and once more at the deadline."""
-    with _watched(what, max(timeout_s, ceiling_s or 0.0)):
+    with watched(what, max(timeout_s, ceiling_s or 0.0)):
         return _wait_until(
             cond, timeout_s, what, interval_s, error, alive, detail, sleep, progress, ceiling_s
         )
@@ -123,7 +125,7 @@ def hold(
     what: str = "time to pass",
 ) -> None:
     """Let `seconds` pass, calling `alive` every interval_s (it raises to stop early)."""
-    with _watched(what, seconds):
+    with watched(what, seconds):
         _hold(seconds, alive, interval_s, sleep)
 
 
