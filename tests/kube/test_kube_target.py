@@ -37,6 +37,10 @@ def deployed(kube_local, namespace):
             del objs[0]["metadata"]["labels"][OPT_IN]
         kube_local.apply_objects(objs, namespace)
         wait_for(lambda: len(ready_pods(kube_local, namespace)) == replicas, 60, "ready pods")
+        # The Deployment controller writes the Deployment's status after the ReplicaSet's,
+        # which follows the pods' readiness: a test reading its resourceVersion to show
+        # the harness left it alone reads it once that last write is in.
+        wait_for(lambda: settled(deployment(kube_local, namespace), replicas), 60, "status")
         return kube_local.ingress("rollcheck-sim", namespace, access_format=access_format)
 
     return make
@@ -75,6 +79,19 @@ KUBE_LOCAL_TTFT = "slo.ttft_s=5"
 
 def deployment(kube_local, namespace):
     return client.AppsV1Api(kube_local.api).read_namespaced_deployment("rollcheck-sim", namespace)
+
+
+def settled(dep, replicas: int) -> bool:
+    """The Deployment controller has written everything it will for a finished rollout."""
+    st = dep.status
+    progressing = [c for c in st.conditions or () if c.type == "Progressing"]
+    return (
+        st.observed_generation == dep.metadata.generation
+        and (st.replicas, st.updated_replicas, st.ready_replicas, st.available_replicas)
+        == (replicas,) * 4
+        and bool(progressing)
+        and progressing[0].reason == "NewReplicaSetAvailable"
+    )
 
 
 def test_refuses_a_deployment_that_has_not_opted_in(kube_local, namespace, deployed, tmp_path):
