@@ -43,10 +43,13 @@ class EngineSettings(SimSettings):
 # engine.kind: vllm brings the real engine's time scale on 2 CPU cores (start-up 35-75 s,
 # about 60 ms a token with 4 streams); laid over the config file, under every --set.
 REAL_ENGINE_DEFAULTS = {
-    "engine": {"shutdown_timeout_s": 20, "max_num_seqs": 4},
+    # the drain's timeout covers the longest answer (200 tokens, about 140 events) at the
+    # slowest decode measured in a drain: 170 ms an event on the drained engine while its
+    # replacement starts beside it (26 s; CI cut two answers at a 20 s timeout)
+    "engine": {"shutdown_timeout_s": 45, "max_num_seqs": 4},
     "pod": {
         "prestop_s": 1.0,
-        "termination_grace_s": 30,  # > preStop + shutdown_timeout_s
+        "termination_grace_s": 60,  # > preStop + shutdown_timeout_s
         # the kubelet's bound on a start: as generous as the harness's own ceiling, so a
         # slow start on a busy machine is not restarted (a stuck one stops logging)
         "startup_probe": {"period_s": 1.0, "failure_threshold": 1200},

@@ -54,7 +54,7 @@ def deployed(kube, request):
 
 @pytest.mark.parametrize(
     "deployed, verdict",
-    [(0, "fail"), (20, "pass")],
+    [(0, "fail"), (45, "pass")],  # 45 s: engine.kind=vllm's own (harness/cluster/config.py)
     ids=["vllm-default-shutdown-timeout", "shutdown-timeout-covers-the-answers"],
     indirect=["deployed"],
 )

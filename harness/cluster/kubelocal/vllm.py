@@ -18,6 +18,7 @@ unbound the kernel spreads the pods' engines over the cores as it does any pod's
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from harness.cluster.kube import OPT_IN
@@ -34,12 +35,15 @@ def vllm_objects(
     model: str = "slow",
     served_name: str = "m",
     prestop_s: float = 1,
-    grace_s: int = 30,
+    grace_s: int | None = None,
     max_num_seqs: int = 4,
 ) -> list[dict]:
     """A Deployment, Service and PodDisruptionBudget (maxUnavailable 1) running `vllm
     serve` on a locally built model; shutdown_timeout_s 0 is vLLM's default (abort at
-    SIGTERM). EngineUnavailable (with the command to run) when vLLM is not installed."""
+    SIGTERM). The grace period, unless given, outlasts preStop + the shutdown timeout by
+    15 s. EngineUnavailable (with the command to run) when vLLM is not installed."""
+    if grace_s is None:
+        grace_s = max(30, math.ceil(prestop_s + shutdown_timeout_s) + 15)
     venv, model_dir = vllm.venv(), vllm.model_dir(model)
     caches = vllm.cache_dir() / "pod-caches"  # the kubelet makes it (DirectoryOrCreate)
     command = vllm.serve_command(
