@@ -78,7 +78,12 @@ def vllm_objects(
         {"name": "tmp", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
     ]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 2}
+    # /health is answered by the API server's event loop, which also streams every answer:
+    # beside a replacement's start it once took over 2 s, and a readiness that failed at
+    # one slow answer took the only serving pod out of the Service during a drain (CI: 10
+    # requests got 503 "no ready endpoints" in 0.1 s). Readiness as deploy/vllm has it:
+    # out after several missed answers, not one.
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
     container = {
         "name": "vllm",
         "image": f"{IMAGE}:v1",
@@ -92,7 +97,7 @@ def vllm_objects(
         # start-up: about a minute here, minutes on a cold compile cache; the harness's
         # own waits follow the engine, so the kubelet's bound is generous
         "startupProbe": probe | {"periodSeconds": 1, "failureThreshold": 1200},
-        "readinessProbe": probe | {"periodSeconds": 1, "failureThreshold": 1},
+        "readinessProbe": probe | {"periodSeconds": 1, "failureThreshold": 3},
         "livenessProbe": probe | {"periodSeconds": 5, "failureThreshold": 6},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", f"{prestop_s:g}"]}}},
         "volumeMounts": mounts,
