@@ -343,15 +343,18 @@ def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
 AT_CAPACITY = ("load.users=12", "slo.ttft_s=0.5")  # 3 replicas x 4 sequences: no headroom
 
 
-# the rollout's new pods start in 3 s, not 0.5: with 0.5 s the rollout's dip in capacity
-# lasted about a second and the breaches during it ranged 2.5-22% over seven runs (CI once
-# came out under the 5% budget); with 3 s it lasts 3.7 s and they ranged 14-27% over five
+# the new pods of a rollout or a drain start in 3 s, not 0.5: with 0.5 s the dip in
+# capacity lasts about a second (a drain's replacement was Ready 0.9 s after the eviction)
+# and the breaches during it ranged 2.5-22% over seven rollouts and 20-28% over four drains
+# beside two busy loops, while CI came out under the 5% budget once for each (2.5%, and 1
+# of 25 for a drain); with 3 s the dip lasts 3.4-3.7 s and they ranged 14-27% (rollout)
+# and 28-70% (drain). A pod kill's restart leaves it at 43-53% as it is.
 SLOW_NEW_PODS = ("engine.startup_s=3",)
 
 
 @pytest.mark.parametrize(
     "select, sets",
-    [("drain and pod", ()), ("rollout and surge2", SLOW_NEW_PODS), ("pod_kill", ())],
+    [("drain and pod", SLOW_NEW_PODS), ("rollout and surge2", SLOW_NEW_PODS), ("pod_kill", ())],
     ids=["drain and pod", "rollout and surge2", "pod_kill"],
 )
 def test_losing_a_replica_at_capacity_breaks_the_ttft_budget(tmp_path, select, sets):
