@@ -91,8 +91,11 @@ class DryRunTarget:
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)
 
-    def hand_back(self, as_act: bool = True) -> None:
+    def hand_back(self, as_act: bool = True, hold_scale_in: bool = False) -> None:
         self.action("autoscaler" if as_act else "scaler_watch", mode="cluster")
+
+    def release_scale_in(self) -> None:
+        return None
 
     def hold_count(self, replicas: int) -> None:
         if self._inner.workload_scalers():

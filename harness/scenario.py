@@ -350,7 +350,29 @@ class Scenario:
         # scaler acts on a reading from before it (measured: KEDA read 0 from Prometheus
         # one scrape behind and scaled the replica with the answer to zero)
         self._sleep(self.cfg.scenario.hpa_sync_s, "the scaler's metrics to catch up")
-        self.target.hand_back(as_act)
+        if as_act:
+            self.target.hand_back(as_act)
+            return
+        # A preparation (the load is on): the scaler may add replicas but not remove any
+        # until it shows it has read the load, so what it decides next is from readings
+        # of this load. (CI: Prometheus first scraped a pod 6 s after it was Ready; KEDA,
+        # handed the count 5 s after, read nothing and, never active before, scaled the
+        # replica with seven streams on it to zero at once.)
+        t = time.time()
+        self.target.hand_back(as_act, hold_scale_in=True)
+        if self.target.scaler_active_since(t) is not None:
+            bound = self.cfg.scenario.recovery_s
+            if not self.wait_for(
+                lambda: self.target.scaler_active_since(t), bound, "the scaler to read the load"
+            ):
+                self.inconclusive(
+                    f"the workload's scaler never read its triggers as active within "
+                    f"scenario.recovery_s ({bound:g} s) of being handed the count with "
+                    f"{self.load.counts()['in_flight']} streams in flight: its metrics do not "
+                    "see the engines (the scrape, the query, the trigger's threshold)"
+                )
+            self.target.action("scaler_read_load", waited_s=round(time.time() - t, 1))
+        self.target.release_scale_in()
 
     def wait_scaler_scaled_up(self, before: int) -> int:
         """scale_up with the workload's own scaler: until it asks for more replicas than

@@ -178,10 +178,21 @@ class Target(abc.ABC):
         `replicas` and hold it there (the scale scenarios hand it back to the scaler)."""
         return None
 
-    def hand_back(self, as_act: bool = True) -> None:
+    def hand_back(self, as_act: bool = True, hold_scale_in: bool = False) -> None:
         """Give the replica count back to the workload's own scaler (kube.scaler=cluster);
-        as_act: this is the scenario's act (the disruption), not a preparation for it."""
+        as_act: this is the scenario's act (the disruption), not a preparation for it;
+        hold_scale_in: the scaler may add replicas but not remove any until
+        release_scale_in()."""
         raise TargetError(f"{self.name}: there is no scaler of the workload's own to hand to")
+
+    def release_scale_in(self) -> None:
+        """The scaler may remove replicas again (after hand_back(hold_scale_in=True))."""
+        return None
+
+    def scaler_active_since(self, t: float) -> bool | None:
+        """Whether the workload's scaler has read its triggers as active since t, or None
+        when the target cannot tell (no scaler that says so)."""
+        return None
 
     def desired_replicas(self) -> int | None:
         """The replica count the workload asks for now (its scaler's decision), if known."""

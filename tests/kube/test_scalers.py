@@ -88,6 +88,10 @@ def records(summary: dict) -> list[str]:
     return (Path(summary["report"]).parent / "records.jsonl").read_text().splitlines()
 
 
+def events_of(summary: dict) -> list[str]:
+    return (Path(summary["report"]).parent / "events.jsonl").read_text().splitlines()
+
+
 def rows(summary: dict) -> list[str]:
     return [r["what"] for r in (summary.get("scaler") or {}).get("timeline", [])]
 
@@ -149,6 +153,12 @@ def test_scale_to_zero_with_real_keda_deciding(
     assert any("KEDAScaleTargetDeactivated" in w and "from 1 to 0" in w for w in timeline), timeline
     assert any(w.endswith("set replicas 1 -> 0") for w in timeline), timeline
     assert checks["scaled_to_zero"]["status"] == "pass", checks["scaled_to_zero"]
+    # handed the count with the load on, KEDA could not scale in until it showed it had
+    # read the load (its lastActiveTime after the hand-over), and that came before the act
+    events = [json.loads(line) for line in events_of(summary)]
+    actions = [e["detail"]["action"] for e in events if e["kind"] == "action"]
+    assert "scaler_read_load" in actions, actions
+    assert actions.index("scaler_read_load") < actions.index("load_step"), actions
     fin = checks["long_answer_finishes"]
     longs = [r for r in map(json.loads, records(summary)) if r["tags"].get("user") == "long"]
     (answer,) = longs

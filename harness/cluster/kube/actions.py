@@ -21,7 +21,7 @@ from harness.cluster import (
     evict_retrying,
     strategy_changes,
 )
-from harness.cluster.kube.common import KEDA_PAUSE, _int_or_str, _message
+from harness.cluster.kube.common import KEDA_PAUSE, KEDA_PAUSE_SCALE_IN, _int_or_str, _message, _ts
 from harness.cluster.kube.scaling import removal_reason
 from harness.cluster.metrics import parse_metrics
 from harness.sim.settings import flag_name
@@ -193,13 +193,17 @@ class Actions:
         return removal_reason(name, [self.api.sanitize_for_serialization(p) for p in pods])
 
     def _keda_annotate(self, name: str, value: str | None) -> None:
+        """Pause the ScaledObject at `value` replicas, or (None) un-pause it entirely."""
+        self._keda_patch(name, {KEDA_PAUSE: value, KEDA_PAUSE_SCALE_IN: None})
+
+    def _keda_patch(self, name: str, annotations: dict) -> None:
         self.custom.patch_namespaced_custom_object(
             "keda.sh",
             "v1alpha1",
             self.ns,
             "scaledobjects",
             name,
-            {"metadata": {"annotations": {KEDA_PAUSE: value}}},
+            {"metadata": {"annotations": annotations}},
         )
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -241,19 +245,41 @@ class Actions:
             raise CannotRun(blocker)
         self.hand_back()
 
-    def hand_back(self, as_act: bool = True) -> None:
+    def hand_back(self, as_act: bool = True, hold_scale_in: bool = False) -> None:
         """The replica count goes back to the Deployment's own scalers (KEDA un-paused);
         from now on what they decide is theirs, on the timeline. as_act: the scenario's
-        act (the disruption); else a preparation (scale_up's act is the load step)."""
+        act (the disruption); else a preparation (scale_up's act is the load step).
+        hold_scale_in: KEDA reads its triggers and may scale out but not in until
+        release_scale_in(), so that it first reads the load it is handed (a ScaledObject
+        that was never active scales to zero at its first inactive reading)."""
         keda, hpas = self._scaled_objects(), self._hpas()
         kind = "autoscaler" if as_act else "scaler_watch"
         self.action(kind, mode="cluster", keda=keda, hpa=hpas)
         self.scaling.release()
         for so in keda:
-            self._keda_annotate(so, None)  # KEDA owns the replica count again
-            if so in self._keda_paused:
-                self._keda_paused.remove(so)
+            if hold_scale_in:
+                self._keda_patch(so, {KEDA_PAUSE: None, KEDA_PAUSE_SCALE_IN: "true"})
+            else:
+                self._keda_annotate(so, None)  # KEDA owns the replica count again
+                if so in self._keda_paused:
+                    self._keda_paused.remove(so)
         self._events.emit("autoscaler_handed_back", keda=keda, hpa=hpas)
+
+    def release_scale_in(self) -> None:
+        """KEDA may scale in again: the hand-over that hold_scale_in began is complete."""
+        for so in self._scaled_objects():
+            if so in self._keda_paused:
+                self._keda_annotate(so, None)
+                self._keda_paused.remove(so)
+
+    def scaler_active_since(self, t: float) -> bool | None:
+        """Whether every KEDA ScaledObject on the Deployment has read its triggers as
+        active since t (its status.lastActiveTime, to the second); None without one."""
+        objects = self._scaled_objects(full=True)
+        if not objects:
+            return None
+        times = [(o.get("status") or {}).get("lastActiveTime") for o in objects]
+        return all(v is not None and _ts(v) >= int(t) for v in times)
 
     def _patch_deployment(self, body) -> None:
         try:

@@ -18,6 +18,8 @@ OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"
 GPU = "nvidia.com/gpu"
 KEDA_PAUSE = "autoscaling.keda.sh/paused-replicas"
+# KEDA reads its triggers and may scale out, but does not scale in (KEDA >= 2.16)
+KEDA_PAUSE_SCALE_IN = "autoscaling.keda.sh/paused-scale-in"
 # (verb, resource, group, subresource) the harness needs in its namespace
 NEEDED = [
     ("get", "deployments", "apps", ""),
