@@ -16,6 +16,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from harness.cluster.podspec import window_s
 from harness.streams import Outcome, StreamRecord
 from harness.timeline import replicas_writer
 from harness.verdict import (
@@ -1136,9 +1137,7 @@ __all__ = [
 
 def startup_window(probe: dict | None) -> float | None:
     """failureThreshold x periodSeconds: how long a probe lets a container fail."""
-    if not probe:
-        return None
-    return probe["failure_threshold"] * probe["period_s"]
+    return None if not probe else window_s(probe["failure_threshold"], probe["period_s"])
 
 
 def starts_without_restarts(

@@ -463,9 +463,24 @@ def _report(sub: argparse._SubParsersAction) -> None:
 
 def _lint(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lint", help="check inference Deployments (YAML) against deployment rules")
-    p.add_argument("paths", nargs="+", help="files or folders of YAML; - reads stdin")
+    p.add_argument("paths", nargs="*", help="files or folders of YAML; - reads stdin")
     p.add_argument("--format", choices=("text", "json", "github"), default="text")
     p.add_argument("--fail-on", choices=("info", "warning", "error"), default="error")
+    p.add_argument("--rules", action="store_true", help="list the rules and exit")
+    p.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="RC0xx",
+        help="run only these rules (an id or a prefix; comma-separated or repeated)",
+    )
+    p.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="RC0xx",
+        help="skip these rules (an id or a prefix; comma-separated or repeated)",
+    )
     p.add_argument(
         "--engine-image",
         action="append",
@@ -505,6 +520,19 @@ def _lint(sub: argparse._SubParsersAction) -> None:
 
         from harness import lint
 
+        if ns.rules:
+            print(lint.format_rules())
+            return 0
+        if not ns.paths:
+            raise UsageError("lint: give YAML files or folders to check (- reads stdin)")
+
+        def ids(given: list[str]) -> list[str]:
+            return [i for g in given for i in g.split(",")]
+
+        try:
+            rules = lint.select_rules(ids(ns.select), ids(ns.ignore))
+        except lint.LintInputError as exc:
+            raise UsageError(str(exc)) from None
         for name in ("min_startup_s", "longest_silence_s", "longest_answer_s"):
             value = getattr(ns, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
@@ -521,7 +549,7 @@ def _lint(sub: argparse._SubParsersAction) -> None:
         opts.engine_images += ns.engine_image
         opts.engine_commands += ns.engine_command
         try:
-            findings = lint.lint(lint.load_manifests(ns.paths), opts)
+            findings = lint.lint(lint.load_manifests(ns.paths), opts, rules)
         except lint.LintInputError as exc:
             raise UsageError(str(exc)) from None
         if ns.format == "json":

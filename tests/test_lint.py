@@ -84,6 +84,26 @@ def test_rule_trips(rule):
 
 
 @pytest.mark.unit
+def test_the_rule_table_lists_every_rule_and_selecting_one_runs_only_it():
+    from harness.lint import RULES, SEVERITIES, select_rules
+
+    # each rule has a case that trips it: a manifest, or (RC011) an option
+    cases = {**CASES, "RC011": lambda o: None}
+    assert sorted(r.id for r in RULES) == sorted(cases)
+    opts = LintOptions(gpu_quota=2)  # 2 replicas + 1 surge need 3 GPUs: RC011
+    for r in RULES:
+        assert r.severity in SEVERITIES and r.summary and "\n" not in r.summary
+        manifests = parse_documents(yaml.safe_dump_all(mutate(cases[r.id])), "m.yaml")
+        alone = lint(manifests, opts, {r.id})
+        assert alone and {f.rule for f in alone} == {r.id}
+        others = select_rules(None, [r.id])
+        assert r.id not in {f.rule for f in lint(manifests, opts, others)}
+    assert select_rules(["RC00"], ["RC001"]) == {f"RC00{i}" for i in range(2, 10)}
+    with pytest.raises(LintInputError, match="no lint rule 'RC099'"):
+        select_rules(["RC099"])
+
+
+@pytest.mark.unit
 def test_rc016_only_a_service_named_vllm_with_service_links_trips():
     """Service links name each variable after its Service: only one named vllm makes
     VLLM_PORT; links turned off, or the Service named otherwise, pass."""
@@ -193,6 +213,15 @@ def test_cli_formats_exit_codes_and_stdin(tmp_path):
     warn_only = yaml.safe_dump_all(mutate(CASES["RC006"]))
     assert run_cli("-", stdin=warn_only).returncode == 0
     assert run_cli("-", "--fail-on", "warning", stdin=warn_only).returncode == 1
+    r = run_cli("--rules")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == len(CASES) + 1  # and RC011
+    assert r.stdout.splitlines()[4].split()[:2] == ["RC005", "error"]
+    r = run_cli("-", "--select", "RC006,RC005", "--ignore", "RC005", stdin=bad)
+    assert r.returncode == 0 and r.stdout.strip() == "no findings"
+    r = run_cli("-", "--format", "json", "--select", "RC005", stdin=bad)
+    assert r.returncode == 1 and {f["rule"] for f in json.loads(r.stdout)} == {"RC005"}
+    r = run_cli("-", "--ignore", "RC5", stdin=bad)
+    assert r.returncode == 2 and "no lint rule 'RC5'" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "x.yaml").write_text("a: [b\n")
     r = run_cli(str(tmp_path / "x.yaml"))
     assert r.returncode == 2 and "x.yaml: document 1" in r.stderr and "Traceback" not in r.stderr
@@ -337,7 +366,7 @@ def test_fields_of_the_wrong_type_are_one_line(change, message):
 
 @pytest.mark.unit
 def test_an_alias_bomb_non_utf8_and_huge_files_are_one_line(tmp_path, monkeypatch):
-    import harness.lint as lint_mod
+    import harness.lint.manifests as lint_mod
     from harness.lint import load_manifests
 
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(

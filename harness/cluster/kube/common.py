@@ -13,6 +13,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from harness.cluster import TargetError
+from harness.cluster.podspec import prestop_sleep_s
 
 OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"
@@ -78,3 +79,11 @@ def _message(exc: ApiException) -> str:
         return json.loads(exc.body).get("message", exc.reason)
     except (TypeError, ValueError):
         return str(exc.reason)
+
+
+_SERIALIZER = client.ApiClient()  # client objects -> the manifest's dict form
+
+
+def prestop_s(container) -> float:
+    """A client container's preStop sleep, read as lint reads a manifest's."""
+    return prestop_sleep_s(_SERIALIZER.sanitize_for_serialization(container)) or 0.0

@@ -10,8 +10,7 @@ from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from harness.cluster import PodView, TargetError
-from harness.cluster.kube.common import _ready, _ts
-from harness.cluster.podspec import prestop_s
+from harness.cluster.kube.common import _ready, _ts, prestop_s
 from harness.files import open_append
 
 
