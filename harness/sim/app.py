@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
@@ -116,12 +117,21 @@ def parse_fault(value: str) -> Fault:
     return Fault(kind, after_tokens=3 if n is None else n)
 
 
+class Ending(StrEnum):
+    """How a stream still open ends when the engine stops (settings' shutdown_mode)."""
+
+    ABORT = "abort"  # finish_reason abort (and [DONE]): vLLM's default at SIGTERM
+    HANG = "hang"  # no more bytes; the socket stays open until the client leaves
+    ERROR_EVENT = "error_event"  # an error event and [DONE], no finish chunk
+    LEGACY = "legacy"  # pre-0.18: the stream closes with neither finish nor [DONE]
+
+
 @dataclass(eq=False)
 class Stream:
     """One in-flight request, as the engine sees it."""
 
     request_id: str
-    ending: str | None = None  # set on shutdown: "abort", "legacy" or "hang"
+    ending: Ending | None = None  # set when the engine stops, or at admission in a drain
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -330,7 +340,7 @@ class Engine:
         self.on_exit = on_exit
         self.ready = settings.startup_s == 0
         self.draining = False
-        self.ended_how: str | None = None  # how open streams were ended (the engine stopped)
+        self.ended_how: Ending | None = None  # how open streams were ended (the engine stopped)
         self.on_close_listener: Callable[[], None] = lambda: None
         self._exit_scheduled = False
         self.running = 0
@@ -416,13 +426,14 @@ class Engine:
         how = self.s.shutdown_mode
         if how == "race":
             how = race_ending(self.s.seed, self.s.port, race)
+        how = Ending(how)
         self.ended_how = how
         if how in RACE_WEIGHTS:
             self.on_close_listener()  # vLLM 0.32 closes its listener within 0.16 s
         for stream in list(self.streams):
             stream.ending = how
             stream.woken.set()
-        if how in ("error_event", "abort"):
+        if how in (Ending.ERROR_EVENT, Ending.ABORT):
             asyncio.get_running_loop().call_later(ERROR_EXIT_S, self.on_exit)
             self._exit_scheduled = True
         self.maybe_exit()
@@ -664,13 +675,15 @@ class SimApp:
         )
         stream = Stream(req.request_id)
         if self.engine.draining:
-            stream.ending = "abort"  # vLLM: accepted during drain, then aborted
+            stream.ending = Ending.ABORT  # vLLM: accepted during drain, then aborted
         self.engine.streams.add(stream)
         disconnected = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, stream))
         try:
             if req.stream:
-                await self._stream(req, stream, tokens, finish, fault, send, disconnected)
+                await StreamAnswer(
+                    self, req, stream, tokens, finish, fault, send, disconnected
+                ).run()
             else:
                 await self._unary(req, stream, tokens, finish, send)
         finally:
@@ -729,134 +742,6 @@ class SimApp:
             return self.s.itl_s + self.engine.rng.uniform(0, self.s.itl_jitter_s)
         return self.s.itl_s
 
-    async def _stream(self, req, stream, tokens, finish, fault, send, disconnected) -> None:
-        engine, metrics = self.engine, self.engine.metrics
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        if self.s.enable_request_id_headers:
-            headers.append((b"x-request-id", req.request_id.encode()))
-        t_start = time.monotonic()
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        created = int(time.time())
-        keepalive = None
-        if self.s.sse_keep_alive_interval_s > 0:
-            keepalive = asyncio.ensure_future(_keep_alive(send, self.s.sse_keep_alive_interval_s))
-
-        async def emit(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-            engine.events_sent += 1
-
-        async def finish_with(reason: str | None, done: bool = True) -> None:
-            if reason is not None:
-                if not rode_last:
-                    choice = self._choice(req, None, reason)
-                    await emit(self._chunk(req, created, choice, terminal=not req.include_usage))
-                metrics.success(reason)
-            if req.include_usage and reason is not None:
-                usage = {
-                    "prompt_tokens": text.prompt_tokens(req.prompt),
-                    "completion_tokens": sent_tokens,
-                    "total_tokens": text.prompt_tokens(req.prompt) + sent_tokens,
-                }
-                await emit(self._chunk(req, created, None, terminal=True, usage=usage))
-            if done:
-                await emit(b"data: [DONE]\n\n")
-
-        sent_tokens = 0
-        admitted = False
-        rode_last = False  # the last token's chunk carried the finish_reason
-        try:
-            if stream.ending is None:
-                admitted = await engine.admit(stream)
-            metrics.prompt_tokens.inc(text.prompt_tokens(req.prompt))
-            next_at = time.monotonic() + self._first_token_delay_s(req)
-            if admitted and stream.ending is None:
-                try:
-                    await asyncio.wait_for(
-                        stream.woken.wait(), max(0.0, next_at - time.monotonic())
-                    )
-                except TimeoutError:
-                    pass
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-            role.update(logprobs=None, finish_reason=None)
-            role_sent = req.chat and admitted and not decode_over(stream, disconnected)
-            if role_sent:
-                # vLLM: a queued request gets headers and then nothing; the role chunk
-                # comes with its first token
-                await emit(self._chunk(req, created, role))
-            # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
-            midstream = (
-                fault is not None
-                and fault.kind != "http_error"
-                and fault.after_tokens < len(tokens)
-            )
-            last = None
-            if not req.include_usage and not midstream:
-                # vLLM 0.32 without include_usage: the last token rides on the finish chunk
-                def last(token: str) -> bytes:
-                    return self._chunk(
-                        req, created, self._choice(req, token, finish), terminal=True
-                    )
-
-            decode = Decode(
-                self,
-                stream,
-                send,
-                self._content_chunk_encoder(req, created),
-                tokens,
-                disconnected,
-                first_at=next_at,
-                on_first=lambda: metrics.ttft.observe(time.monotonic() - t_start),
-                last=last,
-            )
-            await decode.run(fault.after_tokens if midstream else len(tokens))
-            sent_tokens = decode.sent
-            rode_last = last is not None and bool(tokens) and sent_tokens == len(tokens)
-            if midstream and sent_tokens == fault.after_tokens and not decode.over():
-                if fault.kind == "error_event":
-                    err = {"message": "injected engine error", "type": "InternalServerError"}
-                    err.update(param=None, code=500)
-                    await emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
-                    await emit(b"data: [DONE]\n\n")
-                    return
-                if fault.kind == "stall":
-                    await stream.woken.wait()  # until shutdown ends it or the client leaves
-                if fault.kind == "crash":
-                    os._exit(3)
-            if disconnected.is_set():
-                metrics.success("abort")
-                return
-            if stream.ending == "hang":
-                # no more bytes; vLLM 0.32 holds the socket until the client gives up
-                # (or SIGKILL), and exits once every such client has gone
-                await disconnected.wait()
-                return
-            if stream.ending == "error_event":
-                # no finish chunk and no usage chunk, even with include_usage
-                await emit(b"data: " + json.dumps(ENGINE_CORE_ERROR).encode() + b"\n\n")
-                await emit(b"data: [DONE]\n\n")
-                metrics.success("error")
-                return
-            if stream.ending == "legacy":
-                return  # pre-0.18: the stream closes with neither finish nor [DONE]
-            if stream.ending == "abort" and req.chat and sent_tokens == 0:
-                # vLLM 0.32 (measured): a request aborted before its first token, still
-                # queued at SIGTERM, gets the role chunk and [DONE], and no finish chunk
-                if not role_sent:
-                    await emit(self._chunk(req, created, role))
-                await emit(b"data: [DONE]\n\n")
-                metrics.success("abort")
-            elif stream.ending == "abort" and sent_tokens < len(tokens):
-                await finish_with("abort")
-            else:
-                await finish_with(finish)
-            metrics.e2e.observe(time.monotonic() - t_start)
-        finally:
-            if keepalive:
-                keepalive.cancel()
-            if admitted:
-                engine.release()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
     async def _unary(self, req, stream, tokens, finish, send) -> None:
         engine = self.engine
         admitted = stream.ending is None and await engine.admit(stream)
@@ -867,7 +752,7 @@ class SimApp:
                     await asyncio.wait_for(stream.woken.wait(), total)
                 except TimeoutError:
                     pass
-            if stream.ending == "hang":
+            if stream.ending == Ending.HANG:
                 await asyncio.Event().wait()
             if stream.ending is not None:
                 tokens, finish = [], "abort"
@@ -902,6 +787,184 @@ class SimApp:
                 engine.release()
 
 
+DONE = b"data: [DONE]\n\n"
+
+
+class StreamAnswer:
+    """One streamed answer, phase by phase as vLLM 0.32 sends it: headers, the role chunk
+    (with the first token: a queued request gets headers and then nothing), the decode,
+    an injected fault, and the finish (the finish chunk, usage, [DONE]) or the ending the
+    engine's stop gave the stream (`Ending`)."""
+
+    def __init__(self, app: SimApp, req, stream: Stream, tokens, finish, fault, send, disconnected):
+        self.app, self.s, self.engine = app, app.s, app.engine
+        self.metrics = app.engine.metrics
+        self.req, self.stream, self.tokens, self.finish = req, stream, tokens, finish
+        self.fault: Fault | None = fault
+        self.send, self.disconnected = send, disconnected
+        self.created = int(time.time())
+        self.t_start = time.monotonic()
+        self.sent_tokens = 0
+        self.admitted = False
+        self.role_sent = False
+        self.rode_last = False  # the last token's chunk carried the finish_reason
+        self._decode: Decode | None = None
+        # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
+        self.midstream = (
+            fault is not None and fault.kind != "http_error" and fault.after_tokens < len(tokens)
+        )
+
+    async def run(self) -> None:
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        if self.s.enable_request_id_headers:
+            headers.append((b"x-request-id", self.req.request_id.encode()))
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        keepalive = None
+        if self.s.sse_keep_alive_interval_s > 0:
+            keepalive = asyncio.ensure_future(
+                _keep_alive(self.send, self.s.sse_keep_alive_interval_s)
+            )
+        try:
+            first_at = await self.admit()
+            await self.role_chunk()
+            await self.decode(first_at)
+            if await self.fault_fired():
+                return
+            await self.end()
+        finally:
+            if keepalive:
+                keepalive.cancel()
+            if self.admitted:
+                self.engine.release()
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def emit(self, data: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        self.engine.events_sent += 1
+
+    def chunk(self, choice, terminal: bool = False, **extra) -> bytes:
+        return self.app._chunk(self.req, self.created, choice, terminal=terminal, **extra)
+
+    async def admit(self) -> float:
+        """Wait for a place in the batch and the first token's delay; returns when the
+        first token is due."""
+        if self.stream.ending is None:
+            self.admitted = await self.engine.admit(self.stream)
+        self.metrics.prompt_tokens.inc(text.prompt_tokens(self.req.prompt))
+        first_at = time.monotonic() + self.app._first_token_delay_s(self.req)
+        if self.admitted and self.stream.ending is None:
+            try:
+                await asyncio.wait_for(
+                    self.stream.woken.wait(), max(0.0, first_at - time.monotonic())
+                )
+            except TimeoutError:
+                pass
+        return first_at
+
+    def _role(self) -> dict:
+        role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+        role.update(logprobs=None, finish_reason=None)
+        return role
+
+    async def role_chunk(self) -> None:
+        self.role_sent = (
+            self.req.chat and self.admitted and not decode_over(self.stream, self.disconnected)
+        )
+        if self.role_sent:
+            await self.emit(self.chunk(self._role()))
+
+    async def decode(self, first_at: float) -> None:
+        req, tokens = self.req, self.tokens
+        last = None
+        if not req.include_usage and not self.midstream:
+            # vLLM 0.32 without include_usage: the last token rides on the finish chunk
+            def last(token: str) -> bytes:
+                return self.chunk(self.app._choice(req, token, self.finish), terminal=True)
+
+        decode = Decode(
+            self.app,
+            self.stream,
+            self.send,
+            self.app._content_chunk_encoder(req, self.created),
+            tokens,
+            self.disconnected,
+            first_at=first_at,
+            on_first=lambda: self.metrics.ttft.observe(time.monotonic() - self.t_start),
+            last=last,
+        )
+        await decode.run(self.fault.after_tokens if self.midstream else len(tokens))
+        self.sent_tokens = decode.sent
+        self.rode_last = last is not None and bool(tokens) and self.sent_tokens == len(tokens)
+        self._decode = decode
+
+    async def fault_fired(self) -> bool:
+        """An injected mid-stream fault, at its token: True when it ended the stream."""
+        fault = self.fault
+        if not self.midstream or self.sent_tokens != fault.after_tokens or self._decode.over():
+            return False
+        if fault.kind == "error_event":
+            err = {"message": "injected engine error", "type": "InternalServerError"}
+            err.update(param=None, code=500)
+            await self.emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+            await self.emit(DONE)
+            return True
+        if fault.kind == "stall":
+            await self.stream.woken.wait()  # until shutdown ends it or the client leaves
+        if fault.kind == "crash":
+            os._exit(3)
+        return False
+
+    async def end(self) -> None:
+        """The stream's last bytes: as the engine's stop ended it, or the finish."""
+        ending = self.stream.ending
+        if self.disconnected.is_set():
+            self.metrics.success("abort")
+            return
+        if ending == Ending.HANG:
+            # no more bytes; vLLM 0.32 holds the socket until the client gives up
+            # (or SIGKILL), and exits once every such client has gone
+            await self.disconnected.wait()
+            return
+        if ending == Ending.ERROR_EVENT:
+            # no finish chunk and no usage chunk, even with include_usage
+            await self.emit(b"data: " + json.dumps(ENGINE_CORE_ERROR).encode() + b"\n\n")
+            await self.emit(DONE)
+            self.metrics.success("error")
+            return
+        if ending == Ending.LEGACY:
+            return  # pre-0.18: the stream closes with neither finish nor [DONE]
+        if ending == Ending.ABORT and self.req.chat and self.sent_tokens == 0:
+            # vLLM 0.32 (measured): a request aborted before its first token, still
+            # queued at SIGTERM, gets the role chunk and [DONE], and no finish chunk
+            if not self.role_sent:
+                await self.emit(self.chunk(self._role()))
+            await self.emit(DONE)
+            self.metrics.success("abort")
+        elif ending == Ending.ABORT and self.sent_tokens < len(self.tokens):
+            await self.finish_with("abort")
+        else:
+            await self.finish_with(self.finish)
+        self.metrics.e2e.observe(time.monotonic() - self.t_start)
+
+    async def finish_with(self, reason: str | None) -> None:
+        """The finish chunk (unless the last token carried it), usage, [DONE]."""
+        req = self.req
+        if reason is not None:
+            if not self.rode_last:
+                choice = self.app._choice(req, None, reason)
+                await self.emit(self.chunk(choice, terminal=not req.include_usage))
+            self.metrics.success(reason)
+        if req.include_usage and reason is not None:
+            prompt = text.prompt_tokens(req.prompt)
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": self.sent_tokens,
+                "total_tokens": prompt + self.sent_tokens,
+            }
+            await self.emit(self.chunk(None, terminal=True, usage=usage))
+        await self.emit(DONE)
+
+
 async def _watch_disconnect(receive: Receive, event: asyncio.Event, stream: Stream) -> None:
     while True:
         message = await receive()
@@ -917,11 +980,11 @@ async def _keep_alive(send: Send, interval_s: float) -> None:
         await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
 
 
-def race_ending(seed: int, port: int, weights: dict[str, int] = RACE_WEIGHTS) -> str:
+def race_ending(seed: int, port: int, weights: dict[str, int] = RACE_WEIGHTS) -> Ending:
     """Which of vLLM 0.32's endings this process takes, weighted as measured: seeded by
     the settings and the port, so a run repeats, and pods of one config differ."""
     endings, counts = zip(*weights.items(), strict=True)
-    return random.Random(f"{seed}:{port}").choices(endings, counts)[0]
+    return Ending(random.Random(f"{seed}:{port}").choices(endings, counts)[0])
 
 
 def decode_over(stream: Stream, disconnected: asyncio.Event) -> bool:
