@@ -1101,7 +1101,37 @@ def health_during_drain(events) -> dict[str, int]:
     return counts
 
 
+def shared_checks(
+    d: RunData,
+    *,
+    expect_broken_on_victims: bool = False,
+    hold_slo: bool = True,
+    slo_required: tuple[str, ...] = ("during",),
+    slo_phases: tuple[str, ...] = PHASES,
+) -> list[Check]:
+    """The checks every scenario's run is held to, before its own: every request has its
+    record, no stream broke (on the pods not disturbed, when the disturbed may break) or
+    hung, the gateway is clean, the engines' counts agree, a scaler did not fight the
+    scenario, and (hold_slo) the SLO budgets."""
+    out = [
+        accounting,
+        other_pods_untouched if expect_broken_on_victims else no_broken_streams,
+        no_hung_streams,
+        gateway_clean,
+        engine_counts_agree,
+    ]
+    if any(e.kind == "workload_scalers" for e in d.events):
+        out.append(scaler_did_not_fight)
+    if hold_slo:
+        out += [
+            slo_budget_for("ttft", slo_required, slo_phases),
+            slo_budget_for("itl", slo_required, slo_phases),
+        ]
+    return out
+
+
 __all__ = [
+    "shared_checks",
     "MAX_LISTED",
     "CheckResult",
     "RunData",

@@ -72,6 +72,7 @@ class Scenario:
         self.t_step: float | None = None
         self._restarts_at_kill = 0
         self.summary: dict | None = None
+        self.load_status: str | None = None  # the load's own account of its end (gather)
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
         self._health_thread: threading.Thread | None = None
@@ -752,14 +753,33 @@ class Scenario:
         slo_required: tuple[str, ...] = ("during",),
         slo_phases: tuple[str, ...] = C.PHASES,
     ) -> dict:
-        """Stop the load, join the three views of each request, run the shared stream
-        checks and the scenario's own, write the run folder; raise ScenarioFailed with a
-        short account unless the verdict is pass.
+        """Gather the run data, judge it with the shared stream checks and the scenario's
+        own, write the run folder; raise ScenarioFailed with a short account unless the
+        verdict is pass.
 
         expect_broken_on_victims: the disturbed pods' own streams may break (pod_kill);
         hold_slo: hold the run to its SLO budgets (not when it stopped early);
         slo_required: the phases that must hold requests for the SLO budgets to be
         evidence; slo_phases: the phases held to a budget."""
+        data = self.gather(expect_broken_on_victims)
+        shared = C.shared_checks(
+            data,
+            expect_broken_on_victims=expect_broken_on_victims,
+            hold_slo=hold_slo,
+            slo_required=slo_required,
+            slo_phases=slo_phases,
+        )
+        results = V.judge(data, [*shared, *checks])
+        self.summary = self.write(data, results)
+        self.progress.phase(f"verdict {self.summary['verdict'].upper()}")
+        if self.summary["verdict"] != "pass":
+            raise ScenarioFailed(V.failure_message(self.summary, data, breaking_event))
+        return self.summary
+
+    def gather(self, expect_broken_on_victims: bool = False) -> V.RunData:
+        """Stop the load and join the three views of each request (the load's records,
+        the gateway's lines, the target's events) into the run data; records.jsonl is
+        rewritten with each request's pod, version and gateway line."""
         self._health_stop.set()
         still_open = self.load.counts()["in_flight"]
         self.progress.phase(
@@ -768,6 +788,7 @@ class Scenario:
         )
         with watched("the load to stop", self.load.settings.stop_timeout_s + 30):
             result = self.load.stop()
+        self.load_status = result.status
         witness = self._stop_witness()
         t_end = time.time()
         self.progress.phase(f"judging {len(result.records)} records")
@@ -781,7 +802,8 @@ class Scenario:
         ids = {r.request_id for r in records}
         access = [a for a in access if a.request_id in ids]
         errors = attach_errors(access, read_error_log(error_path))
-        if access_path and Path(access_path).exists() and self.run_dir in Path(access_path).parents:
+        logged = access_path is not None and Path(access_path).exists()
+        if logged and self.run_dir in Path(access_path).parents:
             # logs followed into the run folder (a shared ingress): this run's lines only
             keep_only_run_lines(access_path, error_path, ids, errors)
         correlate(records, access, events)
@@ -808,7 +830,7 @@ class Scenario:
             victim_in_flight=self.victim_in_flight,
             recovery_budget_s=self.cfg.scenario.recovery_s,
             scaler_idle_s=self.cfg.autoscaler.idle_s,
-            gateway_logs=str(access_path) if access_path and Path(access_path).exists() else None,
+            gateway_logs=str(access_path) if logged else None,
             unparsed_gateway_lines=unparsed.count,
             first_unparsed_line=unparsed.first,
             expect_broken_on_victims=expect_broken_on_victims,
@@ -817,30 +839,15 @@ class Scenario:
         )
         if witness is not None:
             data.engine_counts = witness.as_dict(data.t_act)
-        everyone = [
-            C.accounting,
-            C.other_pods_untouched if expect_broken_on_victims else C.no_broken_streams,
-            C.no_hung_streams,
-            C.gateway_clean,
-            C.engine_counts_agree,
-        ]
-        if any(e.kind == "workload_scalers" for e in events):
-            everyone.append(C.scaler_did_not_fight)
-        if hold_slo:
-            everyone += [
-                C.slo_budget_for("ttft", slo_required, slo_phases),
-                C.slo_budget_for("itl", slo_required, slo_phases),
-            ]
-        results = V.judge(data, [*everyone, *checks])
+        return data
+
+    def write(self, data: V.RunData, results: list) -> dict:
+        """Write the run folder (records, report, summary) and return the summary."""
         from harness.report import write_run
 
         self.progress.t_end = time.time()
         self.extras["timing"] = self.progress.timing()
-        self.summary = write_run(self, data, results, result.status)
-        self.progress.phase(f"verdict {self.summary['verdict'].upper()}")
-        if self.summary["verdict"] != "pass":
-            raise ScenarioFailed(V.failure_message(self.summary, data, breaking_event))
-        return self.summary
+        return write_run(self, data, results, self.load_status)
 
     def _wait_gateway_logged(self, access_path, records) -> None:
         """nginx logs a request when its connection closes: wait (bounded) until the
