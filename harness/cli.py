@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.config import ConfigError
 from harness.errors import RollcheckError
-from harness.signals import Terminated, exit_code
+from harness.signals import exit_code
 from harness.waits import hold
 
 
@@ -296,7 +296,7 @@ def _up(sub: argparse._SubParsersAction) -> None:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: pods and gateway", flush=True)
-            return exit_code(exc) if isinstance(exc, Terminated) else 0
+            return exit_code(exc, ctrl_c=0)
         finally:
             target.close()
 
@@ -718,7 +718,7 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             print("stopping: control plane and pods", flush=True)
-            return exit_code(exc) if isinstance(exc, Terminated) else 0
+            return exit_code(exc, ctrl_c=0)
         finally:
             kl.stop()
 

@@ -312,6 +312,21 @@ def load(scenario):
     return scenario.load
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """The target found, before acting, that it cannot run this scenario (CannotRun): the
+    scenario ends SKIPPED with the reason, its run folder saying why, as `scenario.skip`."""
+    from harness.cluster import CannotRun
+
+    try:
+        return (yield)
+    except CannotRun as exc:
+        sc = getattr(item, "funcargs", {}).get("scenario")
+        if sc is None:
+            raise
+        sc.skip(str(exc))  # raises ScenarioSkipped
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

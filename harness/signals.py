@@ -36,8 +36,9 @@ def handle_sigterm() -> None:
             signal.signal(sig, _raise)
 
 
-def exit_code(exc: BaseException) -> int:
-    """The exit status for an interrupted command: 128 + signal, 130 for Ctrl-C."""
+def exit_code(exc: BaseException, ctrl_c: int = 130) -> int:
+    """The exit status for an interrupted command: 128 + signal for SIGTERM or SIGHUP;
+    for Ctrl-C, `ctrl_c` (130; 0 for a command that runs until Ctrl-C, as `up`)."""
     if isinstance(exc, Terminated):
         return 128 + int(exc.signum)
-    return 130
+    return ctrl_c

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from harness.errors import RollcheckError
@@ -264,6 +264,21 @@ def validate(d: RunData) -> None:
 def judge(d: RunData, checks: Sequence[Check]) -> list[CheckResult]:
     validate(d)
     return [check(d) for check in checks]
+
+
+# worse is higher: a verdict that moves right is a regression (compare)
+VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
+
+
+def overall(verdicts: Iterable[str], unreadable: bool = False) -> str:
+    """A session's verdict from its runs': fail beats inconclusive (also when a run could
+    not be read) beats pass; only when every run was skipped is it skipped."""
+    seen = set(verdicts)
+    if "fail" in seen:
+        return "fail"
+    if "inconclusive" in seen or unreadable:
+        return "inconclusive"
+    return "skipped" if seen == {"skipped"} else "pass"
 
 
 def verdict(results: Sequence[CheckResult]) -> str:

@@ -77,6 +77,31 @@ def test_dry_run_walks_the_scenario_and_touches_nothing(tmp_path):
     assert not (run / "records.jsonl").exists()  # no load
 
 
+def test_a_target_that_cannot_run_the_scenario_makes_it_skipped_with_the_reason(tmp_path):
+    """CannotRun (raised by a target before it acts, as the Kubernetes one does for a
+    scale_to_zero with no scaler) is SKIPPED with its reason, in the terminal and in the
+    run folder: not an error, never a pass."""
+    import json
+
+    (tmp_path / "test_cannot.py").write_text(
+        "import pytest\n"
+        "from harness.cluster import CannotRun\n\n"
+        "@pytest.mark.scale_to_zero\n"
+        "def test_cannot(scenario):\n"
+        "    raise CannotRun('no scaler of the Deployment was found')\n"
+    )
+    reports = tmp_path / "reports"
+    r = pytest_run(str(tmp_path / "test_cannot.py"), "-rs", "--reports-dir", str(reports))
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "1 skipped" in r.stdout and "error" not in r.stdout.lower(), r.stdout[-2000:]
+    assert "SKIPPED: no scaler of the Deployment was found" in r.stdout
+    (summary,) = reports.glob("*/test_cannot/summary.json")
+    said = json.loads(summary.read_text())
+    assert (
+        said["verdict"] == "skipped" and said["reason"] == "no scaler of the Deployment was found"
+    )
+
+
 def test_reports_dir_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "reports").write_text("")
     r = pytest_run("scenarios", "-k", "drain and pod", "--reports-dir", str(tmp_path / "reports"))

@@ -719,3 +719,21 @@ def test_the_gpu_profile_passes_its_own_config_checks():
     prompt = max(p.tokens for p in cfg.load.prompt_tokens)
     longest = max([m.tokens for m in cfg.load.max_tokens] + [cfg.load.long_answer_tokens])
     assert longest + prompt <= 8192
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "verdicts, unreadable, want",
+    [
+        (["pass", "fail", "inconclusive"], False, "fail"),
+        (["pass", "inconclusive", "skipped"], False, "inconclusive"),
+        (["pass", "skipped"], True, "inconclusive"),  # a run that could not be read
+        (["pass", "skipped"], False, "pass"),
+        (["skipped", "skipped"], False, "skipped"),
+    ],
+)
+def test_a_sessions_verdict_is_its_worst_runs(verdicts, unreadable, want):
+    from harness.verdict import VERDICT_RANK, overall
+
+    assert overall(verdicts, unreadable) == want
+    assert sorted(VERDICT_RANK, key=VERDICT_RANK.get) == ["pass", "skipped", "inconclusive", "fail"]

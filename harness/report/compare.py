@@ -25,10 +25,8 @@ from harness.report.html import (
     read_summary,
     verdict_class,
 )
-from harness.verdict import PHASES
+from harness.verdict import PHASES, VERDICT_RANK
 
-# worse is higher: a verdict that moves right is a regression
-VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
 # per-request latencies, from each run's records.jsonl (complete streams); end-to-end time
 # per output token, not per request: a request's time is mostly its answer's length
 LATENCY = (

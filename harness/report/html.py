@@ -21,6 +21,7 @@ from harness.events import Event, read_events
 from harness.files import BadInput, read_json, write_atomic
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
+from harness.verdict import overall as session_verdict
 
 COLORS = {
     "complete": "#2e7d32",
@@ -981,9 +982,7 @@ def write_index(session_dir: Path) -> Path | None:
         for k in sorted({s["scenario"] for s in runs})
     )
     verdicts = {s["verdict"] for s in runs}
-    overall = next((v for v in ("fail", "inconclusive") if v in verdicts), None)
-    overall = overall or ("inconclusive" if unreadable else None)
-    overall = overall or ("skipped" if verdicts == {"skipped"} else "pass")
+    overall = session_verdict(verdicts, bool(unreadable))
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
