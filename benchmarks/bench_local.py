@@ -9,8 +9,8 @@ from __future__ import annotations
 import tempfile
 import time
 
-from harness.cluster.config import load_config
 from harness.cluster.local import LocalTarget
+from harness.config.schema import load_config
 from harness.plan import plan_rollout
 from harness.scenario import STARTUP_OVERHEAD_S
 

@@ -259,9 +259,9 @@ def _up(sub: argparse._SubParsersAction) -> None:
     def run(ns: argparse.Namespace) -> int:
 
         from harness.cluster import TargetError
-        from harness.cluster.config import load_config
         from harness.cluster.local import LocalTarget
         from harness.cluster.local.nginx import GatewayError
+        from harness.config.schema import load_config
 
         cfg = load_config(ns.config, ns.set)
         run_dir = ns.run_dir or Path("reports") / time.strftime("up-%Y%m%d-%H%M%S")
@@ -748,8 +748,8 @@ def _kube_restore(sub: argparse._SubParsersAction) -> None:
 
     def run(ns: argparse.Namespace) -> int:
         from harness.cluster import TargetError
-        from harness.cluster.config import load_config
         from harness.cluster.kube import restore_pending
+        from harness.config.schema import load_config
 
         sets = ns.set + ([f"kube.kubeconfig={ns.kubeconfig}"] if ns.kubeconfig else [])
         cfg = load_config(ns.config, sets)

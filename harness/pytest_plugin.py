@@ -143,7 +143,7 @@ def _check_reports_dir(path: Path) -> None:
 
 def _run_config(config: pytest.Config):
     if config_key not in config.stash:
-        from harness.cluster.config import load_config
+        from harness.config.schema import load_config
 
         sets = list(config.getoption("rollcheck_set"))
         if config.getoption("kubeconfig"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness import checks as C
 from harness import verdict as V
 from harness.cluster import EvictionRefused, Target, TargetError
-from harness.cluster.config import RunConfig, Strategy
+from harness.config.schema import RunConfig, Strategy
 from harness.engine_counts import EngineCounts
 from harness.files import write_atomic
 from harness.gateway_logs import attach_errors, keep_only_run_lines, read_access_log, read_error_log

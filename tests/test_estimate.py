@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster.config import load_config
+from harness.config.schema import load_config
 from harness.estimate import outlook
 
 pytestmark = pytest.mark.unit

@@ -222,14 +222,14 @@ def test_bad_config_files_are_one_line(tmp_path, text, message):
     ],
 )
 def test_absurd_values_are_refused_with_the_keys_name(sets, message):
-    from harness.cluster.config import load_config
+    from harness.config.schema import load_config
 
     with pytest.raises(ConfigError, match=message):
         load_config(None, sets)
 
 
 def test_a_secret_in_a_bad_set_is_never_echoed():
-    from harness.cluster.config import load_config
+    from harness.config.schema import load_config
 
     with pytest.raises(ConfigError) as exc:
         load_config(None, ["kube.api_token=sk-live-987654321"])
@@ -242,7 +242,7 @@ yaml_text = st.text(alphabet=st.sampled_from(list("ab: -[]{}&*,\n'\"!|>#%@`0.\t"
 @bounded(150)
 @given(text=yaml_text, sets=st.lists(st.text(max_size=30), max_size=3))
 def test_any_config_text_and_sets_give_a_config_or_one_config_error(tmp_path_factory, text, sets):
-    from harness.cluster.config import load_config
+    from harness.config.schema import load_config
 
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_text(text)

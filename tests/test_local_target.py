@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from harness.cluster import TargetError
-from harness.cluster.config import load_config
 from harness.cluster.local import EvictionRefused, LocalTarget
 from harness.cluster.local.nginx import Nginx
+from harness.config.schema import load_config
 from harness.gateway_logs import read_access_log
 from harness.proc import free_port
 
@@ -278,7 +278,7 @@ def test_a_killed_harness_leaves_nothing_after_the_next_start(tmp_path):
     """The harness dies with SIGKILL: its pods die with it, and the next start reaps nginx."""
     script = (
         "import sys, time\n"
-        "from harness.cluster.config import load_config\n"
+        "from harness.config.schema import load_config\n"
         "from harness.cluster.local import LocalTarget\n"
         f"t = LocalTarget(load_config(None, {FAST + ['replicas=1']!r}), sys.argv[1])\n"
         "t.start(); t.wait_settled(1, 30)\n"
@@ -333,8 +333,8 @@ def _cmdline(pid: str) -> bytes:
 def test_engines_behind_a_gate_of_one_slot_start_one_after_the_other(tmp_path):
     """A busy machine's real engines start one at a time: the second pod's container waits
     (Pending, a waiting_to_start event) until the first has started."""
-    from harness.cluster.config import PodSettings, Probe
     from harness.cluster.local.kubelet import PodRunner, PodSpec
+    from harness.config.schema import PodSettings, Probe
     from harness.engines.startup import StartGate
     from harness.events import EventLog
     from harness.proc import sim_command

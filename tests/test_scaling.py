@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness import checks
-from harness.cluster.config import load_config
 from harness.cluster.kube.scaling import ScalerObserver, removal_reason, replicas_manager
 from harness.config import ConfigError
+from harness.config.schema import load_config
 from harness.events import Event
 from harness.timeline import scaler_summary, scaler_timeline
 from harness.verdict import RunData, Status

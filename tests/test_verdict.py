@@ -602,8 +602,8 @@ def test_nginx_error_lines_join_by_connection():
     ],
 )
 def test_bad_slo_settings_are_one_line_errors(sets, words):
-    from harness.cluster.config import load_config
     from harness.config import ConfigError
+    from harness.config.schema import load_config
 
     with pytest.raises(ConfigError) as info:
         load_config(None, sets)
@@ -711,7 +711,7 @@ def test_a_version_that_never_became_ready_does_not_pass_the_startup_check():
 def test_the_gpu_profile_passes_its_own_config_checks():
     """deploy/vllm/rollcheck.yaml, as the nightly loads it: its load step after the warm-up,
     and answers that fit the 8k-context model it says it is sized for."""
-    from harness.cluster.config import load_config
+    from harness.config.schema import load_config
 
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "deploy/vllm/rollcheck.yaml")

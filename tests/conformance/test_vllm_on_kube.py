@@ -54,7 +54,7 @@ def deployed(kube, request):
 
 @pytest.mark.parametrize(
     "deployed, verdict",
-    [(0, "fail"), (45, "pass")],  # 45 s: engine.kind=vllm's own (harness/cluster/config.py)
+    [(0, "fail"), (45, "pass")],  # 45 s: engine.kind=vllm's own (harness/config/schema.py)
     ids=["vllm-default-shutdown-timeout", "shutdown-timeout-covers-the-answers"],
     indirect=["deployed"],
 )
@@ -63,7 +63,7 @@ def test_a_pod_drain_of_real_vllm(kube, deployed, verdict, tmp_path):
     r, summaries = run_scenarios(
         tmp_path / "reports",
         "drain and pod",
-        "engine.kind=vllm",  # the real engine's time scale (harness/cluster/config.py)
+        "engine.kind=vllm",  # the real engine's time scale (harness/config/schema.py)
         "load.model=m",
         "slo.calibrate=always",  # TTFT judged by what these CPUs do, measured first
         f"kube.namespace={ns}",

@@ -14,8 +14,8 @@ import yaml
 from kubernetes import client
 
 from harness.cluster import EvictionRefused, TargetError
-from harness.cluster.config import load_config
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget, kube_target
+from harness.config.schema import load_config
 from harness.proc import free_port
 from tests.kube.conftest import (
     ready_pods,

@@ -9,8 +9,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.cluster import TargetError
-from harness.cluster.config import RunConfig
 from harness.cluster.kube.common import RESTORE, _message, connect
+from harness.config.schema import RunConfig
 
 
 class Restoring:

@@ -9,7 +9,7 @@ link system libraries). Its compile caches are a hostPath beside the install, so
 second start reuses the first one's work, and /dev/shm is an emptyDir in memory.
 
 The Deployment has deploy/vllm's shape (preStop, grace, probes, a GPU limit) with the
-real engine's time scale on 2 CPU cores (harness/cluster/config.py's
+real engine's time scale on 2 CPU cores (harness/config/schema.py's
 REAL_ENGINE_DEFAULTS). The engine's OpenMP thread is not bound to a CPU
 (`VLLM_CPU_OMP_THREADS_BIND=nobind`, one thread): bound, every server takes CPU 0 (the
 local target chooses a CPU per engine; a Deployment's pods share one template), and

@@ -25,10 +25,10 @@ import httpx
 
 from harness.client import http_get
 from harness.cluster import EvictionRefused, PodView
-from harness.cluster.config import RunConfig
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx
 from harness.cluster.metrics import parse_metrics
+from harness.config.schema import RunConfig
 from harness.engines.startup import StartGate
 from harness.events import EventLog
 from harness.proc import sim_command

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from harness.client import http_get
-from harness.cluster.config import PodSettings, Probe
+from harness.config.schema import PodSettings, Probe
 from harness.engines.startup import StartGate
 from harness.files import open_append
 

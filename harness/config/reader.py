@@ -1,7 +1,7 @@
 """How config is read: plain dataclasses filled from YAML, with dotted `--set key=value`
 overrides. A wrong key or value is one ConfigError line that names the key and the file.
 
-The schema is one module, harness/cluster/config.py (`RunConfig`, for `rollcheck up`,
+The schema is beside it, harness/config/schema.py (`RunConfig`, for `rollcheck up`,
 the load and the scenarios); its `load:` and `engine:` sections are the load's and the
 simulator's own settings classes (loadgen/settings.py, harness/sim/settings.py).
 """
