@@ -258,9 +258,9 @@ def _up(sub: argparse._SubParsersAction) -> None:
 
     def run(ns: argparse.Namespace) -> int:
 
-        from harness.cluster import TargetError
         from harness.cluster.local import LocalTarget
         from harness.cluster.local.nginx import GatewayError
+        from harness.cluster.target import TargetError
         from harness.config.schema import load_config
 
         cfg = load_config(ns.config, ns.set)
@@ -747,8 +747,8 @@ def _kube_restore(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kubeconfig", default=None)
 
     def run(ns: argparse.Namespace) -> int:
-        from harness.cluster import TargetError
         from harness.cluster.kube import restore_pending
+        from harness.cluster.target import TargetError
         from harness.config.schema import load_config
 
         sets = ns.set + ([f"kube.kubeconfig={ns.kubeconfig}"] if ns.kubeconfig else [])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import signal
 
-from harness.cluster import Target, strategy_changes
+from harness.cluster.target import Target, strategy_changes
 from harness.files import write_atomic
 from harness.scenario import DryRun, Scenario
 

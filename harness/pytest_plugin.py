@@ -272,7 +272,7 @@ def _calibrated(config: pytest.Config, cfg, target):
 
 def _calibrate(config: pytest.Config, cfg, target):
     from harness import calibration
-    from harness.cluster import TargetError
+    from harness.cluster.target import TargetError
 
     pod = target.ready_pods()[0]
     url, settings = target.pod_endpoint(pod.name)
@@ -316,7 +316,7 @@ def load(scenario):
 def pytest_runtest_call(item):
     """The target found, before acting, that it cannot run this scenario (CannotRun): the
     scenario ends SKIPPED with the reason, its run folder saying why, as `scenario.skip`."""
-    from harness.cluster import CannotRun
+    from harness.cluster.target import CannotRun
 
     try:
         return (yield)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness import checks as C
 from harness import verdict as V
-from harness.cluster import EvictionRefused, Target, TargetError
+from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig, Strategy
 from harness.engine_counts import EngineCounts
 from harness.files import write_atomic

@@ -12,27 +12,38 @@ import pytest
 
 pytestmark = pytest.mark.process
 
+# every target: what a pod spec says (harness.cluster.podspec) is pure and not one
+TARGETS = [
+    "harness.cluster.target",
+    "harness.cluster.local",
+    "harness.cluster.kube",
+    "harness.cluster.kubelocal",
+]
+
 CONTRACTS = [
     # the independent judge: the simulator loads nothing of the stream judge
     ("harness.sim.app", ["harness.streams", "harness.checks", "harness.verdict"]),
     # the verdict layer and its checks are pure: no targets, load, reports, simulator, HTTP
     (
         "harness.checks",
-        ["harness.cluster", "harness.load", "harness.report", "harness.sim", "httpx", "kubernetes"],
+        [*TARGETS, "harness.load", "harness.report", "harness.sim", "httpx", "kubernetes"],
     ),
+    # what a pod spec says is pure: lint, the checks and the Kubernetes target share it
+    ("harness.cluster.podspec", ["harness.cluster.target", "harness.lint", "kubernetes"]),
+    ("harness.lint", ["harness.cluster.target", "harness.cluster.kube", "kubernetes", "httpx"]),
     (
         "harness.verdict",
-        ["harness.cluster", "harness.load", "harness.report", "harness.sim", "httpx"],
+        [*TARGETS, "harness.load", "harness.report", "harness.sim", "httpx"],
     ),
     # the stream judge is the functional core: no I/O libraries
     ("harness.streams", ["harness.cluster", "harness.sim", "httpx", "harness.load"]),
     # reports render from the run folder: no scenario, target, load or HTTP client
     (
         "harness.report.html",
-        ["harness.scenario", "harness.cluster", "harness.load", "harness.sim", "httpx"],
+        ["harness.scenario", *TARGETS, "harness.load", "harness.sim", "httpx"],
     ),
-    ("harness.report.compare", ["harness.scenario", "harness.cluster", "harness.load", "httpx"]),
-    ("harness.timeline", ["harness.cluster", "harness.load", "httpx"]),
+    ("harness.report.compare", ["harness.scenario", *TARGETS, "harness.load", "httpx"]),
+    ("harness.timeline", [*TARGETS, "harness.load", "httpx"]),
     # the Kubernetes target does not lean on the local target's internals
     ("harness.cluster.kube", ["harness.cluster.local.controller", "harness.cluster.kubelocal"]),
 ]

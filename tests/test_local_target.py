@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from harness.cluster import TargetError
 from harness.cluster.local import EvictionRefused, LocalTarget
 from harness.cluster.local.nginx import Nginx
+from harness.cluster.target import TargetError
 from harness.config.schema import load_config
 from harness.gateway_logs import read_access_log
 from harness.proc import free_port

@@ -85,7 +85,7 @@ def test_a_target_that_cannot_run_the_scenario_makes_it_skipped_with_the_reason(
 
     (tmp_path / "test_cannot.py").write_text(
         "import pytest\n"
-        "from harness.cluster import CannotRun\n\n"
+        "from harness.cluster.target import CannotRun\n\n"
         "@pytest.mark.scale_to_zero\n"
         "def test_cannot(scenario):\n"
         "    raise CannotRun('no scaler of the Deployment was found')\n"

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from harness.cluster import EvictionRefused, evict_retrying
+from harness.cluster.target import EvictionRefused, evict_retrying
 from harness.waits import WaitTimeout, hold, wait_until
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.client import http_get
-from harness.cluster import (
+from harness.cluster.kube.common import KEDA_PAUSE, KEDA_PAUSE_SCALE_IN, _int_or_str, _message, _ts
+from harness.cluster.kube.scaling import removal_reason
+from harness.cluster.metrics import parse_metrics
+from harness.cluster.target import (
     CannotRun,
     EvictionRefused,
     PodView,
@@ -21,9 +24,6 @@ from harness.cluster import (
     evict_retrying,
     strategy_changes,
 )
-from harness.cluster.kube.common import KEDA_PAUSE, KEDA_PAUSE_SCALE_IN, _int_or_str, _message, _ts
-from harness.cluster.kube.scaling import removal_reason
-from harness.cluster.metrics import parse_metrics
 from harness.sim.settings import flag_name
 
 # an engine's /metrics or /health through the API server's pods proxy: a pod whose address

@@ -12,8 +12,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from harness.cluster import TargetError
 from harness.cluster.podspec import prestop_sleep_s
+from harness.cluster.target import TargetError
 
 OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"

@@ -7,8 +7,8 @@ import json
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.cluster import TargetError
 from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, _message
+from harness.cluster.target import TargetError
 from harness.files import write_atomic
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.cluster import TargetError
 from harness.cluster.kube.common import RESTORE, _message, connect
+from harness.cluster.target import TargetError
 from harness.config.schema import RunConfig
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.cluster import PodView, Target, TargetError
 from harness.cluster.kube.actions import Actions
 from harness.cluster.kube.common import connect, prestop_s
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restoring
 from harness.cluster.kube.scaling import HARNESS_MANAGER, ScalerObserver
 from harness.cluster.kube.watches import Watching, _Watch, pod_view
+from harness.cluster.target import PodView, Target, TargetError
 from harness.config.schema import RunConfig
 from harness.events import Event, EventLog
 

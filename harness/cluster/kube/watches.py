@@ -9,8 +9,8 @@ import threading
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster import PodView, TargetError
 from harness.cluster.kube.common import _ready, _ts, prestop_s
+from harness.cluster.target import PodView, TargetError
 from harness.files import open_append
 
 

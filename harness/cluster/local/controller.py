@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 
 from harness.client import http_get
-from harness.cluster import EvictionRefused, PodView
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx
 from harness.cluster.metrics import parse_metrics
+from harness.cluster.target import EvictionRefused, PodView
 from harness.config.schema import RunConfig
 from harness.engines.startup import StartGate
 from harness.events import EventLog

@@ -9,9 +9,15 @@ from pathlib import Path
 import httpx
 
 from harness.client import http_get
-from harness.cluster import EvictionRefused, Target, TargetError, evict_retrying, strategy_changes
 from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.nginx import Nginx
+from harness.cluster.target import (
+    EvictionRefused,
+    Target,
+    TargetError,
+    evict_retrying,
+    strategy_changes,
+)
 from harness.config import ConfigError, build
 from harness.config.schema import RunConfig, Strategy
 from harness.engines.startup import log_size, log_tail, machine_load
