@@ -1,25 +1,34 @@
-"""Dry run as a layer, not as branches: `--dry-run` (kube.dry_run) wraps the target and
-the scenario, and neither knows it is dry.
+"""Dry run beneath the scenario: `--dry-run` (kube.dry_run) gives an unchanged `Scenario`
+a target that takes no action (`DryRunTarget`) and a load that sends nothing
+(`DryRunLoad`), as httpx's MockTransport replaces what lies beneath a client. Neither the
+scenario nor a scenario file knows it is dry.
 
-DryRunTarget: reads (pods, events, engine metrics, preflight, permissions) go to the
-target as usual; every action is checked as the real one checks it (the pod is the
-Deployment's own, a node drain is allowed), printed as "[dry-run] would ..." and put on
-the timeline, and not taken; waits for an action's effect return at once (settling
-before the scenario is a read, and is waited for). Nothing is changed, so there is
-nothing to restore.
+DryRunTarget: reads (pods, events, engine metrics, probes, preflight, permissions) go to
+the real target; every action is checked as the real one checks it (the pod is the
+Deployment's own, a node drain is allowed), printed as "[dry-run] would ...", put on the
+timeline, and not taken. Waits are real until the first action is planned (settling
+before the scenario is a read of the world as it is); after it, a wait is answered at
+once from the unchanged world: a wait for what the action would have done finds it not
+done, and the scenario goes on as it would at that wait's deadline, without the wait.
 
-DryRunScenario: no load and no waits; the scenario walks through its actions, and its
-judge writes them to plan.json and ends the run as DryRun.
+DryRunLoad: starts no Locust, sends no request and no golden prompt, and lets no time
+pass; stopping it ends the run as DryRun, with the actions planned written to plan.json.
+Nothing is changed, so there is nothing to restore.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from harness.cluster.target import Target, strategy_changes
+from harness.cluster.target import PodView, Target, strategy_changes
+from harness.events import Event
 from harness.files import write_atomic
-from harness.scenario import DryRun, Scenario
+from harness.scenario import DryRun
+from harness.waits import T
 
 QUIET = (
     "steady_state",
@@ -27,57 +36,139 @@ QUIET = (
     "queues_clear",
     "health_probe",
     "kill_seen",
+    "replacement_served",
 )  # observations, not actions
 
 
-class DryRunTarget:
-    dry_run = True
+class DryRunTarget(Target):
+    """A target that reads through to `inner` and takes no action."""
 
     def __init__(self, inner: Target):
-        self._inner = inner
+        self.inner = inner
+        self.name = inner.name
+        self.run_dir = inner.run_dir
+        self.cfg = inner.cfg
+        self.planned = False  # an action was planned: waits after it are answered at once
 
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
+    # --- lifecycle and reads: the real target's ------------------------------------
+    def start(self) -> None:
+        self.inner.start()
 
-    def action(self, kind: str, **detail):
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def gateway_url(self) -> str:
+        return self.inner.gateway_url
+
+    @property
+    def lint_findings(self) -> Sequence:
+        return self.inner.lint_findings
+
+    def pods(self) -> list[PodView]:
+        return self.inner.pods()
+
+    def events(self) -> list[Event]:
+        return self.inner.events()
+
+    def pod_metrics(self, name: str) -> dict[str, float]:
+        return self.inner.pod_metrics(name)
+
+    def pod_health(self, name: str) -> int | None:
+        return self.inner.pod_health(name)
+
+    def prestop_s(self, name: str) -> float:
+        return self.inner.prestop_s(name)
+
+    def pod_probes(self) -> dict:
+        return self.inner.pod_probes()
+
+    def relint(self, min_startup_s: float) -> None:
+        self.inner.relint(min_startup_s)
+
+    def gateway_logs(self):
+        return self.inner.gateway_logs()
+
+    def rollout_done(self) -> bool:
+        return self.inner.rollout_done()
+
+    def startup_progress(self) -> object:
+        return self.inner.startup_progress()
+
+    def node_drain_blocker(self) -> str | None:
+        return self.inner.node_drain_blocker()
+
+    def check_node_drain(self, node: str) -> None:
+        self.inner.check_node_drain(node)
+
+    def scaler(self) -> str:
+        return self.inner.scaler()
+
+    def autoscaler_blocker(self, to_zero: bool = False) -> str | None:
+        return self.inner.autoscaler_blocker(to_zero)
+
+    def workload_scalers(self) -> list[str]:
+        return self.inner.workload_scalers()
+
+    def scaler_active_since(self, t: float) -> bool | None:
+        return self.inner.scaler_active_since(t)
+
+    def desired_replicas(self) -> int | None:
+        return self.inner.desired_replicas()
+
+    def why_removed(self, name: str) -> str:
+        return self.inner.why_removed(name)
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        return self.inner.free_gpus()
+
+    def candidate_image(self, version: str) -> str | None:
+        return self.inner.candidate_image(version)
+
+    def candidate_problem(self, version: str, engine: dict, key: str) -> str | None:
+        return self.inner.candidate_problem(version, engine, key)
+
+    def auth_headers(self) -> dict[str, str]:
+        return self.inner.auth_headers()
+
+    def pod_endpoint(self, name: str) -> tuple[str, dict]:
+        return self.inner.pod_endpoint(name)
+
+    # --- actions: checked, printed, recorded, not taken -----------------------------
+    def action(self, kind: str, **detail) -> Event:
         if kind not in QUIET:
             print(f"[dry-run] would {kind} {json.dumps(detail, default=str)}", flush=True)
-        return self._inner._events.emit("action", action=kind, **(detail | {"dry_run": True}))
+            self.planned = True
+        return self.inner.action(kind, **(detail | {"dry_run": True}))
 
     def _own(self, pod: str) -> None:
-        check = getattr(self._inner, "_owned_pod", None)  # the Kubernetes target's rule
-        if check is not None:
-            check(pod)
+        self.inner.check_own_pod(pod)
 
-    # --- actions: checked, printed, recorded, not taken ---------------------------
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
         changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
         self.action("rollout", to_version=version, engine=engine or {}, **changes)
-
-    def rollout_done(self) -> bool:
-        return True
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self._own(name)
         self.action("evict", pod=name)
 
     def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
-        self._inner.check_node_drain(node)
-        victims = [p.name for p in self._inner.pods() if p.node == node and not p.terminating]
+        self.inner.check_node_drain(node)
+        victims = [p.name for p in self.inner.pods() if p.node == node and not p.terminating]
         self.action("drain_node", node=node, pods=victims)
         for name in victims:
             self.evict_pod(name, retry_deadline_s)
         return victims
 
     def uncordon(self, node: str) -> None:
-        pass
+        return None
 
     def scale(self, replicas: int) -> None:
         self.action("scale", replicas=replicas)
 
     def scale_down(self, pod: str) -> None:
         self._own(pod)
-        replicas = len(self._inner.pods()) - 1
+        replicas = len(self.inner.pods()) - 1
         self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=-1000)
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -98,72 +189,79 @@ class DryRunTarget:
         return None
 
     def hold_count(self, replicas: int) -> None:
-        if self._inner.workload_scalers():
+        if self.inner.workload_scalers():
             self.action("scale", replicas=replicas, why="hold the count against the scaler")
 
-    # --- waits for what an action would do: at once (settling first is a read) -------
-    def wait_for(self, cond, timeout_s, what, poll_s=0.05, stall_s=None) -> None:
+    def warm_engines(self, requests: int, model: str | None) -> None:
+        return None  # sends nothing
+
+    # --- waits -----------------------------------------------------------------------
+    def wait_for(
+        self,
+        cond: Callable[[], T],
+        timeout_s: float,
+        what: str,
+        poll_s: float = 0.05,
+        stall_s: float | None = None,
+    ) -> T:
+        """Real until an action is planned; after it, cond() once, from the unchanged
+        world (falsy where it waits for what the action would have done)."""
+        if not self.planned:
+            return super().wait_for(cond, timeout_s, what, poll_s, stall_s)
+        return cond()
+
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
+        """No load runs: the ready pod with the most streams in flight now (the first)."""
+        pods = self.ready_pods()
+        chosen = [p for p in pods if prefer is None or prefer(p)] or pods
+        return max(chosen, key=lambda p: self.in_flight(p.name)) if chosen else None
+
+
+class DryRunLoad:
+    """The load of a dry run: the scenario's calls on a LoadRun, sending nothing."""
+
+    def __init__(self, target: Target, url: str, run_dir: Path, settings, thresholds):
+        self.target, self.url, self.run_dir = target, url, Path(run_dir)
+        self.settings, self.thresholds = settings, thresholds
+
+    @classmethod
+    def factory(cls, target: Target) -> Callable[..., DryRunLoad]:
+        """What Scenario(load_factory=...) calls, as it would call LoadRun."""
+        return lambda url, run_dir, settings, thresholds: cls(
+            target, url, run_dir, settings, thresholds
+        )
+
+    def preflight(self) -> None:
         return None
 
+    def start(self) -> DryRunLoad:
+        return self
 
-class DryRunScenario(Scenario):
-    """The scenario's steps without load, waits or measurements; the plan at the end."""
+    def counts(self) -> dict:
+        return {"sent": 0, "finished": 0, "in_flight": 0, "complete": 0, "broken": 0}
 
-    @property
-    def dry_run(self) -> bool:
-        return True
+    def outlasting(self, t: float) -> set[str] | None:
+        return None  # no stream, so none traced to a pod
 
-    def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
-        self.target.action("steady_state")
-
-    def busiest_pod(self, min_in_flight: int | None = None, past_prestop: bool = False):
-        return self.target.ready_pods()[0]
-
-    def disturb(self, *pods: str) -> None:
-        self.victims = list(pods)
-
-    def _wait_seen_terminating(self, pods: list[str]) -> None:
+    def wait_until_in_flight(self, n: int, timeout_s: float = 30.0) -> None:
         return None
 
-    def wait_for_load_step(self) -> None:
-        self.target.action("load_step", users=self.cfg.scenario.step_users)
+    def wait_until_step(self, timeout_s: float) -> float:
+        import time
 
-    def record_health(self, pod: str, period_s: float = 0.2) -> None:
+        return time.time()  # the step would come now
+
+    def hold(self, seconds: float, what: str = "time to pass") -> None:
+        return None  # no time needs to pass: nothing runs
+
+    def ask(self, url: str, prompts: list, model: str | None, client_settings: dict) -> list:
+        return []  # no golden prompt is sent
+
+    def _check_alive(self) -> None:
         return None
 
-    def hand_to_scaler(self, as_act: bool = True) -> None:
-        self.target.hand_back(as_act)  # no wait for the scaler's metrics: nothing runs
-
-    def autoscale_for_step(self) -> int:
-        self.target.scale(self.cfg.replicas + 1)
-        return self.cfg.replicas + 1
-
-    def relint(self, min_startup_s: float) -> None:
-        return None
-
-    def pod_probes(self) -> dict:
-        return self.configured_probes()
-
-    def wait_load_idle(self) -> None:
-        return None
-
-    def cool_down(self, seconds: float | None = None) -> None:
-        return None
-
-    def wait_queues_clear(self) -> None:
-        return None
-
-    def require_gpus(self, surge: int, what: str = "", pods: str = "", fix: str = "") -> None:
-        return None
-
-    def require_gpus_for_step(self) -> None:
-        return None
-
-    def confirm_rolled_out(self, version: str) -> None:
-        return None
-
-    def judge(self, *checks, **options) -> dict:
-        self._health_stop.set()
+    def stop(self):
+        """The end of the walk: the actions planned go to plan.json; DryRun says so."""
         planned = [
             {"action": e.detail.get("action")}
             | ({"pod": e.pod} if e.pod else {})
@@ -172,8 +270,20 @@ class DryRunScenario(Scenario):
             for e in self.target.events()
             if e.kind == "action"
         ]
-        write_atomic(self.run_dir / "plan.json", json.dumps(planned, indent=2, default=str))
-        raise DryRun(
-            f"dry run: {len(planned)} actions printed, none taken "
-            f"(plan in {self.run_dir / 'plan.json'})"
-        )
+        path = self.run_dir / "plan.json"
+        write_atomic(path, json.dumps(planned, indent=2, default=str))
+        raise DryRun(f"dry run: {len(planned)} actions printed, none taken (plan in {path})")
+
+    def close(self) -> None:
+        return None
+
+
+def kube_target(cfg, run_dir):
+    """The Kubernetes target for a config: wrapped in DryRunTarget when kube.dry_run is set
+    (the Kubernetes target itself refuses to be built dry, and holds no dry-run branch)."""
+    from harness.cluster.kube.target import KubeTarget
+
+    if not cfg.kube.dry_run:
+        return KubeTarget(cfg, run_dir)
+    wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
+    return DryRunTarget(KubeTarget(wet, run_dir))

@@ -27,7 +27,7 @@ from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
-from harness.waits import wait_until
+from harness.waits import hold, wait_until
 from loadgen.settings import LoadSettings, web_ui_address
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
@@ -281,6 +281,25 @@ class LoadRun:
             error=LoadError,
             alive=self._check_alive,
             detail=lambda: f"load status: {self.counts()}",
+        )
+
+    def hold(self, seconds: float, what: str = "time to pass") -> None:
+        """Let `seconds` pass with the load on; LoadError at once if Locust dies."""
+        hold(seconds, alive=self._check_alive, what=what)
+
+    def ask(self, url: str, prompts: list, model: str | None, client_settings: dict) -> list:
+        """Golden prompts (harness.canary) to one engine's URL, one at a time, each streamed
+        and judged as the load's are: beside the load, they must not push its TTFT over
+        the SLO (two at a time did, on kube-local's two replicas of four slots each)."""
+        from harness.canary import ask
+
+        return ask(
+            url,
+            prompts,
+            model,
+            stall_timeout_s=self.thresholds.stall_timeout_s,
+            concurrency=1,
+            client_settings=client_settings,
         )
 
     def _check_alive(self) -> None:

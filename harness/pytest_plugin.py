@@ -204,7 +204,7 @@ def target(request, rollcheck_config, run_dir, progress):
 
             tgt = DryRunTarget(tgt)
     else:
-        from harness.cluster.kube import kube_target
+        from harness.dryrun import kube_target
 
         tgt = kube_target(rollcheck_config, run_dir)
     try:
@@ -229,7 +229,7 @@ def target(request, rollcheck_config, run_dir, progress):
         progress.follow()
         progress.closing = True
         tgt.close()
-        if getattr(tgt, "restored", None) and (run_dir / "summary.json").exists():
+        if tgt.restored and (run_dir / "summary.json").exists():
             # the restore came after the report: draw it again with the restore in it
             from harness.report.html import write_report
 
@@ -239,13 +239,16 @@ def target(request, rollcheck_config, run_dir, progress):
 @pytest.fixture
 def scenario(request, rollcheck_config, target, run_dir, progress):
     """The scenario helper: steady state, act, observe, judge."""
-    from harness.dryrun import DryRunScenario
+    from harness.dryrun import DryRunLoad
+    from harness.load import LoadRun
     from harness.scenario import Scenario
 
     kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
     cfg, calibration = _calibrated(request.config, rollcheck_config, target)
-    cls = DryRunScenario if cfg.kube.dry_run else Scenario
-    sc = cls(request.node.name, kind, cfg, target, run_dir, progress)
+    # a dry run: the same scenario over a target that takes no action and a load that
+    # sends nothing (harness/dryrun.py)
+    load = DryRunLoad.factory(target) if cfg.kube.dry_run else LoadRun
+    sc = Scenario(request.node.name, kind, cfg, target, run_dir, progress, load_factory=load)
     if calibration is not None:
         sc.extras["calibration"] = calibration.as_dict()
     yield sc

@@ -27,7 +27,7 @@ from harness.plan import hpa_desired
 from harness.progress import Progress
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
-from harness.waits import hold, watched
+from harness.waits import T, hold, watched
 
 Check = Callable[[V.RunData], V.CheckResult]
 # a drain's victim holds a stream expected to outlast its preStop by this factor and 0.5 s
@@ -58,8 +58,12 @@ class Scenario:
         target: Target,
         run_dir: Path,
         progress: Progress | None = None,
+        load_factory: Callable[..., LoadRun] = LoadRun,
     ):
+        """load_factory: what sends the load (LoadRun; a dry run's sends nothing), called
+        as LoadRun(gateway_url, run_dir, settings, thresholds)."""
         self.name, self.kind, self.cfg, self.target = name, kind, cfg, target
+        self.load_factory = load_factory
         self.run_dir = Path(run_dir)
         # phase lines and the status while waiting (the plugin's, started with the target)
         self.progress = progress or Progress(name, cfg.ui.progress_every_s)
@@ -81,11 +85,6 @@ class Scenario:
         self._witness_thread: threading.Thread | None = None
 
     @property
-    def dry_run(self) -> bool:
-        """False here; harness/dryrun.py's DryRunScenario walks the steps without acting."""
-        return False
-
-    @property
     def thresholds(self) -> Thresholds:
         slo = self.cfg.slo
         return Thresholds(slo.stall_timeout_s, slo.ttft_s, slo.itl_s, slo.max_event_bytes)
@@ -96,7 +95,9 @@ class Scenario:
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
         if self.cfg.scenario.warm_requests:
             self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model)
-        self.load = LoadRun(self.target.gateway_url, self.run_dir, settings, self.thresholds)
+        self.load = self.load_factory(
+            self.target.gateway_url, self.run_dir, settings, self.thresholds
+        )
         self.load.preflight()
         self._start_witness()
         self.t_start = time.time()
@@ -208,26 +209,28 @@ class Scenario:
         self._restarts_at_kill = before.restarts if before is not None else 0
         t_kill = time.time()
         self.target.kill_pod(pod, self.kill_signal)
-        seen: list = []
 
-        def dead() -> bool:
-            seen[:] = [
-                e
-                for e in self.target.events()
-                if e.pod == pod and e.kind in V.DEAD_EVIDENCE and e.t >= t_kill - 1.0
-            ]
-            return bool(seen)
+        def dead():
+            evidence = self.target.events()
+            return next(
+                (
+                    e
+                    for e in evidence
+                    if e.pod == pod and e.kind in V.DEAD_EVIDENCE and e.t >= t_kill - 1.0
+                ),
+                None,
+            )
 
         timeout = self.cfg.scenario.recovery_s
-        if not self.wait_for(dead, timeout, f"the kill of {pod} to show"):
+        seen = self.wait_for(dead, timeout, f"the kill of {pod} to show")
+        if seen is None:
             self.inconclusive(
                 f"the kill of {pod} ({self.cfg.scenario.kill_signal}) was not seen to take "
                 f"effect within scenario.recovery_s ({timeout:g} s): the target showed no exit, "
                 "restart or removal of its engine",
                 stage="disruption",
             )
-        if seen:  # (a dry run shows nothing)
-            self.target.action("kill_seen", pod=pod, evidence=seen[0].kind, t=seen[0].t)
+        self.target.action("kill_seen", pod=pod, evidence=seen.kind, t=seen.t)
 
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
@@ -400,25 +403,24 @@ class Scenario:
         chose it and whether it was `busy` (the pod with the long answer), on the
         timeline. None when no replica went."""
         names = {p.name for p in pods}
-        gone: list[str] = []
 
-        def removed() -> bool:
-            for p in self.target.pods():
-                if p.name in names and p.terminating:
-                    gone[:] = [p.name]
-                    return True
-            return not self.target.pods()
+        def removed() -> list[str]:
+            """[the pod removed], or [None] when every pod went at once (none to name)."""
+            live = self.target.pods()
+            gone = [p.name for p in live if p.name in names and p.terminating]
+            return gone[:1] or ([] if live else [None])
 
-        if not self.wait_for(
+        gone = self.wait_for(
             removed, self.cfg.scenario.recovery_s, "the scaler to remove a replica"
-        ):
+        )
+        if gone is None:
             self.target.action(
                 "not_recovered",
                 why="the scaler removed no replica within scenario.recovery_s "
                 f"({self.cfg.scenario.recovery_s:g} s) of the hand-over",
             )
             return None
-        if not gone:
+        if gone == [None]:
             return None
         self.victims = gone
         why = self.target.why_removed(gone[0])
@@ -431,17 +433,8 @@ class Scenario:
         known to come from that pod's version. One at a time: the pod is also serving the
         load, whose TTFT the prompts must not push over its SLO (two at a time did, on
         kube-local's two replicas of four slots each)."""
-        from harness.canary import ask
-
         url, settings = self.target.pod_endpoint(pod.name)
-        return ask(
-            url,
-            prompts,
-            self.cfg.load.model,
-            stall_timeout_s=self.cfg.slo.stall_timeout_s,
-            concurrency=1,
-            client_settings=settings,
-        )
+        return self.load.ask(url, prompts, self.cfg.load.model, settings)
 
     def require_candidate(self, version: str, engine: dict | None = None, key: str = "") -> None:
         """Before acting: a one-line config error when a rollout to `version` would not meet
@@ -486,13 +479,12 @@ class Scenario:
 
     def wait_version_ready(self, version: str, timeout_s: float):
         """The first ready pod of a version (the canary replica)."""
-        found: list = []
-
-        def ready() -> bool:
-            found[:] = self._new_pods(version, self.target.ready_pods())
-            return bool(found)
-
-        if not self.wait_for(ready, timeout_s, f"a ready pod of version {version}"):
+        found = self.wait_for(
+            lambda: self._new_pods(version, self.target.ready_pods()),
+            timeout_s,
+            f"a ready pod of version {version}",
+        )
+        if not found:
             self.inconclusive(
                 f"no pod of version {version} made by the rollout became ready within "
                 f"{timeout_s:g} s: nothing to compare (the startup scenario shows why a "
@@ -506,20 +498,19 @@ class Scenario:
         `restarts` times ("crash loop"), or scenario.recovery_s passes ("timeout"). Returns
         that and the most restarts seen on each pod of the version (pods restarted and
         then removed are remembered)."""
-        seen: dict[str, int] = {}
-        state = ["timeout"]
+        seen: dict[str, int] = {}  # the most restarts of each pod, over every look
 
-        def settled() -> bool:
+        def settled() -> str | None:
+            ready = False
             for p in self._new_pods(version, self.target.pods()):
                 seen[p.name] = max(seen.get(p.name, 0), p.restarts)
-                if p.ready and not p.terminating:
-                    state[0] = "ready"
+                ready = ready or (p.ready and not p.terminating)
             if any(n >= restarts for n in seen.values()):
-                state[0] = "crash loop"
-            return state[0] != "timeout"
+                return "crash loop"
+            return "ready" if ready else None
 
-        self.wait_for(settled, self.cfg.scenario.recovery_s, f"version {version} to start")
-        return state[0], seen
+        state = self.wait_for(settled, self.cfg.scenario.recovery_s, f"version {version} to start")
+        return state or "timeout", seen
 
     def observed_startup_s(self, version: str) -> float | None:
         """The quickest start-up of a pod of the version: its creation (or container
@@ -537,28 +528,12 @@ class Scenario:
 
     def relint(self, min_startup_s: float) -> None:
         """On a live target, the preflight rules again with an observed start-up time."""
-        if hasattr(self.target, "relint"):
-            self.target.relint(min_startup_s)
+        self.target.relint(min_startup_s)
 
     def pod_probes(self) -> dict:
         """The startup and liveness probes the pods run: the live Deployment's on
         Kubernetes, the config's on the local target."""
-        if hasattr(self.target, "pod_probes"):
-            return self.target.pod_probes()
-        return self.configured_probes()
-
-    def configured_probes(self) -> dict:
-        """The startup and liveness probes as the config states them."""
-        pod = self.cfg.pod
-
-        def window(p):
-            return (
-                None
-                if p is None
-                else {"period_s": p.period_s, "failure_threshold": p.failure_threshold}
-            )
-
-        return {"startup": window(pod.startup_probe), "liveness": window(pod.liveness_probe)}
+        return self.target.pod_probes()
 
     # --- observe -------------------------------------------------------------------
     def wait_rollout(self) -> None:
@@ -615,22 +590,20 @@ class Scenario:
         if self.t_recovered is None:
             return
         restarted = self._restarts_at_kill
-        served: list = []
 
-        def replacement_served() -> bool:
+        def replacement_served() -> str | None:
             for p in self.target.ready_pods():
                 # (a second's slack: Kubernetes stamps creation to the second)
                 fresh = p.restarts > restarted if p.name == pod else p.created_at > t_kill - 1.0
                 if fresh and self.target.pod_metrics(p.name).get("vllm:request_success_total"):
-                    served[:] = [p.name]
-                    return True
-            return False
+                    return p.name
+            return None
 
         left = t_kill + self.cfg.scenario.recovery_s - time.time()
-        if self.wait_for(replacement_served, max(0.0, left), "a replacement to serve"):
+        served = self.wait_for(replacement_served, max(0.0, left), "a replacement to serve")
+        if served:
             self.t_recovered = time.time()
-            if served:  # (a dry run shows nothing)
-                self.target.action("replacement_served", pod=served[0])
+            self.target.action("replacement_served", pod=served)
         else:
             self.t_recovered = None
             self.target.action(
@@ -639,12 +612,12 @@ class Scenario:
                 f"scenario.recovery_s ({self.cfg.scenario.recovery_s:g} s) of the kill",
             )
 
-    def wait_for(self, cond: Callable[[], bool], timeout_s: float, what: str) -> bool:
+    def wait_for(self, cond: Callable[[], T], timeout_s: float, what: str) -> T | None:
+        """cond()'s first truthy value within timeout_s, or None when it never came."""
         try:
-            self.target.wait_for(cond, timeout_s, what, poll_s=0.1)
-            return True
+            return self.target.wait_for(cond, timeout_s, what, poll_s=0.1) or None
         except TargetError:
-            return False
+            return None
 
     def wait_load_idle(self) -> None:
         """Until no request of the load is in flight (a long answer has ended, one way or
@@ -662,8 +635,11 @@ class Scenario:
         self._sleep(seconds, "the cool-down")
 
     def _sleep(self, seconds: float, what: str = "time to pass") -> None:
-        alive = self.load._check_alive if self.load is not None else None
-        hold(seconds, alive=alive, what=what)
+        """Let time pass with the load on (ended early if the load dies)."""
+        if self.load is not None:
+            self.load.hold(seconds, what)
+        else:
+            hold(seconds, what=what)
 
     # --- judge ---------------------------------------------------------------------
     def skip(self, reason: str):

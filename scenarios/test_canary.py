@@ -30,12 +30,10 @@ def test_canary(scenario):
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()
     baseline_pod = scenario.target.ready_pods()[0]
-    baseline = [] if scenario.dry_run else scenario.ask(baseline_pod, prompts)
+    baseline = scenario.ask(baseline_pod, prompts)
 
     # act: one canary replica of the new version (surge 1, nothing taken down first)
     scenario.target.rollout(version, engine=engine, max_surge="1", max_unavailable="0")
-    if scenario.dry_run:
-        scenario.judge()  # prints the plan, takes nothing further
     canary_pod = scenario.wait_version_ready(version, cfg.ready_s)
     candidate = scenario.ask(canary_pod, prompts)
     result = canary.compare(prompts, baseline, candidate, cfg.mode, cfg.min_agreement)

@@ -27,7 +27,7 @@ def test_scale_down(scenario):
         scenario.hand_to_scaler()
         scenario.wait_scaler_removes(pods, busy=busy)
     else:
-        if scenario.cfg.autoscaler.policy == "inflight" and not scenario.dry_run:
+        if scenario.cfg.autoscaler.policy == "inflight":
             idle = [p for p in pods if scenario.target.in_flight(p.name) == 0]
             victim = max(idle or pods, key=lambda p: p.created_at)  # the ReplicaSet's newest
         else:  # blind to in-flight answers: the worst case is the busy replica

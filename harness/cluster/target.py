@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import abc
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from harness.client import http_get
 from harness.errors import RollcheckError
 from harness.events import Event
-from harness.waits import wait_until
+from harness.waits import T, wait_until, watched
+
+if TYPE_CHECKING:
+    from harness.config.schema import RunConfig
 
 
 @dataclass
@@ -65,24 +70,29 @@ def evict_retrying(attempt: Callable[[], None], retry_deadline_s: float, interva
     """Evict as `kubectl drain` does, on both targets: a refusal (the PDB's 429, raised by
     `attempt` as EvictionRefused) is retried every interval_s until retry_deadline_s,
     and the last refusal is raised then."""
-    refused: list[EvictionRefused] = []
-
-    def evicted() -> bool:
-        try:
-            attempt()
-            return True
-        except EvictionRefused as exc:
-            refused[:] = [exc]
-            return False
-
-    wait_until(
-        evicted, retry_deadline_s, "an eviction", interval_s=interval_s, error=lambda _: refused[0]
-    )
+    deadline = time.monotonic() + retry_deadline_s
+    with watched("an eviction", retry_deadline_s):
+        while True:
+            try:
+                return attempt()
+            except EvictionRefused:  # the last refusal is raised at the deadline
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            time.sleep(min(interval_s, left))
 
 
 class Target(abc.ABC):
+    """Everything a scenario, the plugin or a report asks of a target is declared here:
+    what they call is never looked up by hasattr."""
+
     name: str
     run_dir: Path
+    cfg: RunConfig
+    # what close() put back (a Kubernetes target restores what it changed): one line each
+    restored: Sequence[str] = ()
+    # the preflight rules' findings on the live Deployment (harness.lint), where there is one
+    lint_findings: Sequence = ()
 
     # --- lifecycle -----------------------------------------------------------
     @abc.abstractmethod
@@ -113,6 +123,23 @@ class Target(abc.ABC):
     def prestop_s(self, name: str) -> float:
         """How long the pod's preStop holds its SIGTERM back (0: none, or not known)."""
         return 0.0
+
+    def pod_probes(self) -> dict:
+        """The startup and liveness probes the pods run ({period_s, failure_threshold} or
+        None each): here, the config's; a Kubernetes target reads the live Deployment's."""
+        pod = self.cfg.pod
+
+        def window(p):
+            if p is None:
+                return None
+            return {"period_s": p.period_s, "failure_threshold": p.failure_threshold}
+
+        return {"startup": window(pod.startup_probe), "liveness": window(pod.liveness_probe)}
+
+    def relint(self, min_startup_s: float) -> None:
+        """The preflight rules again, with a start-up time observed in the run, where the
+        target has a live Deployment to lint (none here)."""
+        return None
 
     @abc.abstractmethod
     def gateway_logs(self) -> tuple[Path | None, Path | None]:
@@ -147,6 +174,11 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def scale(self, replicas: int) -> None: ...
+
+    def check_own_pod(self, name: str) -> PodView | None:
+        """TargetError unless `name` is a pod of the workload this target acts on (every
+        pod the local target runs is); the pod, where the target checks it."""
+        return None
 
     def node_drain_blocker(self) -> str | None:
         """Why a node drain cannot be done here (a setting, a permission), or None."""
@@ -215,8 +247,7 @@ class Target(abc.ABC):
         """Why a rollout to `version` (with these engine settings) would not meet a new
         candidate at all, naming the config keys to set; None when it would. `key` is the
         setting the version came from (next_version, canary.version)."""
-        baseline = getattr(self, "cfg", None)
-        if baseline is not None and version == baseline.version:
+        if version == self.cfg.version:
             return (
                 f"{key} is {version!r}, the baseline's version (version): the scenario would "
                 f"meet the baseline's own build, not a candidate; set {key} to the candidate's "
@@ -228,9 +259,8 @@ class Target(abc.ABC):
         """The load's API key (load.api_key_env) for the harness's own calls."""
         from loadgen.settings import auth_headers
 
-        cfg = getattr(self, "cfg", None)
         try:
-            return auth_headers(cfg.load.api_key_env if cfg is not None else None)
+            return auth_headers(self.cfg.load.api_key_env)
         except ValueError as exc:
             raise TargetError(str(exc)) from None
 
@@ -258,17 +288,18 @@ class Target(abc.ABC):
     # --- waiting (shared) ----------------------------------------------------
     def wait_for(
         self,
-        cond: Callable[[], bool],
+        cond: Callable[[], T],
         timeout_s: float,
         what: str,
         poll_s: float = 0.05,
         stall_s: float | None = None,
-    ) -> None:
-        """Until cond(), at most timeout_s. stall_s: for as long as the pods' start-up
-        progresses (startup_progress), failing after stall_s without progress (a target
-        that cannot tell progress waits the whole timeout_s)."""
+    ) -> T:
+        """Until cond() gives something truthy, at most timeout_s, and that value;
+        TargetError at the deadline. stall_s: for as long as the pods' start-up progresses
+        (startup_progress), failing after stall_s without progress (a target that cannot
+        tell progress waits the whole timeout_s)."""
         if stall_s and self.startup_progress() is not None:
-            wait_until(
+            return wait_until(
                 cond,
                 stall_s,
                 what,
@@ -277,8 +308,7 @@ class Target(abc.ABC):
                 progress=self.startup_progress,
                 ceiling_s=timeout_s,
             )
-        else:
-            wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
+        return wait_until(cond, timeout_s, what, interval_s=poll_s, error=TargetError)
 
     def ready_pods(self) -> list:
         return [p for p in self.pods() if p.ready and not p.terminating]
@@ -352,15 +382,12 @@ class Target(abc.ABC):
     def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
         """The ready pod with the most running sequences, once it has min_in_flight
         (prefer: only among the pods it accepts)."""
-        best: list = []
 
-        def found() -> bool:
+        def found() -> PodView | None:
             pods = [p for p in self.ready_pods() if prefer is None or prefer(p)]
             ranked = sorted(pods, key=lambda p: -self.in_flight(p.name))
             if ranked and self.in_flight(ranked[0].name) >= min_in_flight:
-                best[:] = [ranked[0]]
-                return True
-            return False
+                return ranked[0]
+            return None
 
-        self.wait_for(found, timeout_s, f"a pod with {min_in_flight} streams in flight", 0.1)
-        return best[0]
+        return self.wait_for(found, timeout_s, f"a pod with {min_in_flight} streams in flight", 0.1)

@@ -115,7 +115,7 @@ def build_summary(
             "loop_lag_p99_s": max(lags) if lags else None,
             "workers": len(workers),
         },
-        "lint": [f.to_dict() for f in getattr(target_obj, "lint_findings", [])],
+        "lint": [f.to_dict() for f in (target_obj.lint_findings if target_obj else ())],
         "scaler": scaler_summary(data.events, data.t_act or data.t_start, since=data.t_start),
         "config": redact(dataclasses.asdict(config)),
     }

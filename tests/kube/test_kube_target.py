@@ -13,9 +13,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget, kube_target
+from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
 from harness.cluster.target import EvictionRefused, TargetError
 from harness.config.schema import load_config
+from harness.dryrun import kube_target
 from harness.proc import free_port
 from tests.kube.conftest import (
     ready_pods,

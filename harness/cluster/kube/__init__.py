@@ -2,7 +2,7 @@
 
 Safety first: the Deployment must carry `rollcheck.io/allow-chaos: "true"`; nothing
 outside the namespace is touched (nodes only with `kube.allow_node_drain`);
-`kube.dry_run` prints each action instead of taking it; what is changed
+`kube.dry_run` prints each action instead of taking it (harness.dryrun.kube_target); what is changed
 (replicas, pod template, strategy, cordons, KEDA pauses) is recorded in an
 annotation before the first change and put back on close, even after a failure,
 and a run refuses to start while a previous run's restore is pending.
@@ -16,7 +16,7 @@ restore.py; target.py assembles KubeTarget from them.
 
 from harness.cluster.kube.common import GPU, KEDA_PAUSE, NEEDED, OPT_IN, RESTORE, connect
 from harness.cluster.kube.restore import restore_pending
-from harness.cluster.kube.target import KubeTarget, kube_target
+from harness.cluster.kube.target import KubeTarget
 from harness.cluster.kube.watches import pod_view
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "RESTORE",
     "KubeTarget",
     "connect",
-    "kube_target",
     "pod_view",
     "restore_pending",
 ]

@@ -38,7 +38,7 @@ class Actions:
     """What a scenario does to the Deployment and its pods, and how the engines are read."""
 
     # --- actions -------------------------------------------------------------------
-    def _owned_pod(self, name: str) -> PodView:
+    def check_own_pod(self, name: str) -> PodView:
         for p in self.pods():
             if p.name == name:
                 return p
@@ -103,7 +103,7 @@ class Actions:
         return done and not self._rolling
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
-        self._owned_pod(name)
+        self.check_own_pod(name)
         self.action("evict", pod=name)
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=self.ns))
 
@@ -139,7 +139,7 @@ class Actions:
     def scale_down(self, pod: str) -> None:
         """One replica fewer, and the ReplicaSet removes `pod`: the lowest
         controller.kubernetes.io/pod-deletion-cost goes first."""
-        self._owned_pod(pod)
+        self.check_own_pod(pod)
         dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
         replicas = (dep.spec.replicas or 0) - 1
         self.action("scale_down", pod=pod, replicas=replicas, deletion_cost=-1000)
@@ -207,7 +207,7 @@ class Actions:
         )
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
-        self._owned_pod(name)
+        self.check_own_pod(name)
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
         if sig != signal.SIGKILL:
             raise TargetError(
@@ -217,7 +217,7 @@ class Actions:
         self._delete(name, 0)
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
-        self._owned_pod(name)
+        self.check_own_pod(name)
         self.action("delete", pod=name, grace_s=grace_s)
         self._delete(name, grace_s)
 

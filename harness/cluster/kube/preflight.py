@@ -8,6 +8,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, _message
+from harness.cluster.podspec import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD_S
 from harness.cluster.target import TargetError
 from harness.files import write_atomic
 
@@ -222,8 +223,8 @@ class Preflight:
             if p is None:
                 return None
             return {
-                "period_s": float(p.period_seconds or 10),
-                "failure_threshold": int(p.failure_threshold or 3),
+                "period_s": float(p.period_seconds or DEFAULT_PERIOD_S),
+                "failure_threshold": int(p.failure_threshold or DEFAULT_FAILURE_THRESHOLD),
             }
 
         return {"startup": window(c.startup_probe), "liveness": window(c.liveness_probe)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -32,8 +31,8 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
         self.ns = self.k.namespace
         if self.k.dry_run:  # acting for real when asked to dry-run: never
             raise TargetError(
-                "kube.dry_run: build the target with harness.cluster.kube.kube_target(), "
-                "which wraps it in harness.dryrun.DryRunTarget"
+                "kube.dry_run: build the target with harness.dryrun.kube_target(), "
+                "which puts a DryRunTarget in front of it"
             )
         self._api = api
         self._events = EventLog(self.run_dir / "events.jsonl")
@@ -165,14 +164,3 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
 
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
-
-
-def kube_target(cfg, run_dir):
-    """The Kubernetes target for a config: wrapped in harness.dryrun.DryRunTarget when
-    kube.dry_run is set (the target itself never holds a dry-run branch)."""
-    if not cfg.kube.dry_run:
-        return KubeTarget(cfg, run_dir)
-    from harness.dryrun import DryRunTarget
-
-    wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
-    return DryRunTarget(KubeTarget(wet, run_dir))
