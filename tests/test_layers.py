@@ -44,8 +44,17 @@ CONTRACTS = [
     ),
     ("harness.report.compare", ["harness.scenario", *TARGETS, "harness.load", "httpx"]),
     ("harness.timeline", [*TARGETS, "harness.load", "httpx"]),
-    # the Kubernetes target does not lean on the local target's internals
-    ("harness.cluster.kube", ["harness.cluster.local.controller", "harness.cluster.kubelocal"]),
+    # the Kubernetes target does not lean on the local target's internals, nor reach back
+    # up to what is built over it (dry run, the scenario)
+    (
+        "harness.cluster.kube",
+        [
+            "harness.cluster.local.controller",
+            "harness.cluster.kubelocal",
+            "harness.dryrun",
+            "harness.scenario",
+        ],
+    ),
 ]
 
 
@@ -60,6 +69,76 @@ def test_import_contract(module, forbidden):
     loaded = loaded_with(module)
     broken = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)]
     assert not broken, f"{module} loads {broken}"
+
+
+def static_imports() -> dict[str, set[str]]:
+    """Each harness module -> the harness modules it names in an import, at the top or
+    inside a function (a function-local import loads nothing until called, so the
+    contract above cannot see it)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = {}
+    for path in (root / "harness").rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                named |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                subs = {f"{base}.{a.name}" for a in node.names} & set(files)
+                named |= subs or {base}  # `from harness import lint` names harness.lint
+        graph[name] = {m for m in named if m in files and m != name}
+    return graph
+
+
+def reachable(graph: dict[str, set[str]], start: str, package: bool = True) -> set[str]:
+    """What `start` imports, directly or through others (package: and its submodules)."""
+    inside = [m for m in graph if package and m.startswith(start + ".")]
+    seen, todo = set(), [start, *inside]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
+@pytest.mark.parametrize("module, forbidden", CONTRACTS, ids=[c[0] for c in CONTRACTS])
+def test_import_contract_counting_function_local_imports(module, forbidden):
+    graph = static_imports()
+    broken = sorted(
+        m
+        for m in reachable(graph, module)
+        if any(m == f or m.startswith(f + ".") for f in forbidden)
+    )
+    assert not broken, f"{module} imports (at the top or in a function) {broken}"
+
+
+def test_no_import_circle():
+    """No two modules import each other, directly or through others, even inside a
+    function: each part of the code can be read without the ones above it."""
+    graph = static_imports()
+    reach = {m: reachable(graph, m, package=False) for m in graph}
+    circles = sorted(
+        {
+            tuple(sorted(m for m in reach[start] if start in reach[m]))
+            for start in graph
+            if any(start in reach[n] for n in graph[start])
+        }
+    )
+    assert not circles, f"import circles: {circles}"
 
 
 # exceptions that are control flow, not user errors

@@ -153,7 +153,7 @@ def test_a_pending_restore_blocks_the_next_run_until_restored(
     t = target_for(kube_local, namespace, tmp_path)
     t.start()
     t.scale(1)
-    for w in t._watches:  # the harness dies here: no close(), no restore
+    for w in t.watches.watches:  # the harness dies here: no close(), no restore
         w.stop()
     t2 = target_for(kube_local, namespace, tmp_path)
     with pytest.raises(TargetError, match="restore pending"):
@@ -268,7 +268,7 @@ def test_a_broken_watch_resumes_without_losing_events(kube_local, namespace, dep
     kinds = [e.kind for e in t.events() if e.pod == victim]
     assert "terminating" in kinds and "sigterm" in kinds
     # the thread counts its reconnect after handing over the event that ended the stream
-    wait_for(lambda: any(w.reconnects for w in t._watches), 10, "a watch to reconnect")
+    wait_for(lambda: any(w.reconnects for w in t.watches.watches), 10, "a watch to reconnect")
     t.close()
 
 
@@ -772,7 +772,7 @@ def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
     t.start()
     wait_for(t.ready_pods, 30, "the target's watch to see a ready pod")
     pod = t.ready_pods()[0].name
-    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "proxy"
+    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t.access.path_ok == "proxy"
     assert t.pod_health(pod) == 200
     t.close()
 
@@ -780,8 +780,8 @@ def test_engine_metrics_by_pod_ip_in_a_cluster_else_the_pods_proxy(
     t = target_for(kube_local, namespace, tmp_path / "in")
     t.start()
     wait_for(lambda: any(p.name == pod for p in t.pods()), 30, "the watch to see the pod")
-    assert t._pod_paths() == ["direct", "proxy"]
-    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t._pod_path_ok == "direct"
+    assert t.access.paths() == ["direct", "proxy"]
+    assert "vllm:num_requests_running" in t.pod_metrics(pod) and t.access.path_ok == "direct"
     t.close()
 
     ip = client.CoreV1Api(kube_local.api).read_namespaced_pod(pod, namespace).status.pod_ip

@@ -1,12 +1,16 @@
-"""Names, the connection and small helpers shared by the Kubernetes target's parts."""
+"""Names, the connection (`Cluster`), the state the parts share (`Shared`) and small
+helpers of the Kubernetes target's parts."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import os
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -14,6 +18,10 @@ from kubernetes.config.config_exception import ConfigException
 
 from harness.cluster.podspec import prestop_sleep_s
 from harness.cluster.target import TargetError
+from harness.events import Event, EventLog
+
+if TYPE_CHECKING:
+    from harness.config.schema import RunConfig
 
 OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"
@@ -87,3 +95,130 @@ _SERIALIZER = client.ApiClient()  # client objects -> the manifest's dict form
 def prestop_s(container) -> float:
     """A client container's preStop sleep, read as lint reads a manifest's."""
     return prestop_sleep_s(_SERIALIZER.sanitize_for_serialization(container)) or 0.0
+
+
+class Cluster:
+    """The connection and the workload's coordinates, given to each of the Kubernetes
+    target's parts: the API clients, the config, the namespace and Deployment, the run
+    folder and the event timeline; and the few calls more than one part makes."""
+
+    def __init__(self, api: client.ApiClient, cfg: RunConfig, run_dir: Path, events: EventLog):
+        self.api, self.cfg, self.run_dir, self.events = api, cfg, Path(run_dir), events
+        self.k = cfg.kube
+        self.ns = self.k.namespace
+        self.deployment = self.k.deployment
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.discovery = client.DiscoveryV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def emit(self, kind: str, **detail) -> Event:
+        return self.events.emit(kind, **detail)
+
+    def action(self, kind: str, **detail) -> Event:
+        return self.events.emit("action", action=kind, **detail)
+
+    def error(self, exc: ApiException, verb: str, resource: str, what: str) -> TargetError:
+        """One line for a refused or failed API call."""
+        if exc.status == 404:
+            return TargetError(f"{what} does not exist")
+        if exc.status == 403:
+            return TargetError(
+                f"RBAC: not allowed to {verb} {resource} in namespace {self.ns}: {_message(exc)}"
+            )
+        return TargetError(f"{what}: HTTP {exc.status} {_message(exc)}")
+
+    def read_deployment(self):
+        return self.apps.read_namespaced_deployment(self.deployment, self.ns)
+
+    def patch_deployment(self, body) -> None:
+        try:
+            self.apps.patch_namespaced_deployment(self.deployment, self.ns, body)
+        except ApiException as exc:
+            raise self.error(exc, "patch", "deployments", f"deployment {self.deployment}") from None
+
+    def allowed(
+        self, verb: str, resource: str, group: str = "", sub: str = "", ns=True, namespace=None
+    ) -> bool | None:
+        """A SelfSubjectAccessReview; None when the cluster does not answer them."""
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=(namespace or self.ns) if ns else None,
+                    verb=verb,
+                    resource=resource,
+                    group=group,
+                    subresource=sub or None,
+                )
+            )
+        )
+        try:
+            authz = client.AuthorizationV1Api(self.api)
+            return authz.create_self_subject_access_review(review).status.allowed
+        except ApiException:
+            return None
+
+    def scaled_objects(self, full: bool = False) -> list:
+        """The KEDA ScaledObjects targeting the Deployment: names (full: the objects)."""
+        try:
+            items = self.custom.list_namespaced_custom_object(
+                "keda.sh", "v1alpha1", self.ns, "scaledobjects"
+            )["items"]
+        except ApiException:
+            return []  # no KEDA here
+        mine = [
+            o
+            for o in items
+            if (o.get("spec") or {}).get("scaleTargetRef", {}).get("name") == self.deployment
+        ]
+        return mine if full else [o["metadata"]["name"] for o in mine]
+
+    def hpas(self) -> list[str]:
+        """The HorizontalPodAutoscalers whose target is the Deployment."""
+        try:
+            items = (
+                client.AutoscalingV2Api(self.api)
+                .list_namespaced_horizontal_pod_autoscaler(self.ns)
+                .items
+            )
+        except ApiException:
+            return []
+        return [
+            h.metadata.name
+            for h in items
+            if h.spec.scale_target_ref.kind == "Deployment"
+            and h.spec.scale_target_ref.name == self.deployment
+        ]
+
+    def keda_patch(self, name: str, annotations: dict) -> None:
+        self.custom.patch_namespaced_custom_object(
+            "keda.sh",
+            "v1alpha1",
+            self.ns,
+            "scaledobjects",
+            name,
+            {"metadata": {"annotations": annotations}},
+        )
+
+    def keda_pause(self, name: str, replicas: str | None) -> None:
+        """Pause the ScaledObject at `replicas`, or (None) un-pause it entirely."""
+        self.keda_patch(name, {KEDA_PAUSE: replicas, KEDA_PAUSE_SCALE_IN: None})
+
+
+@dataclass
+class Shared:
+    """What the parts share while the target runs; each field says who writes it."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    pods: dict = field(default_factory=dict)  # uid -> last pod object: the watches
+    port: int = 8000  # the engine's port: start(), from the Deployment
+    original: dict | None = None  # what to put back: Restore.record
+    marked: bool = False  # the restore record is on the Deployment: Restore.mark_pending
+    cordoned: list[str] = field(default_factory=list)  # nodes: the actions; the restore clears
+    keda_paused: list[str] = field(default_factory=list)  # ScaledObjects: the same
+
+    def pod(self, name: str):
+        """The last pod object of that name the watches saw, or None."""
+        with self.lock:
+            return next((p for p in self.pods.values() if p.metadata.name == name), None)

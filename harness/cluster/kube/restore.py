@@ -3,50 +3,55 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import RESTORE, _message, connect
+from harness.cluster.kube.common import RESTORE, Cluster, Shared, _message, connect
 from harness.cluster.target import TargetError
 from harness.config.schema import RunConfig
+from harness.events import EventLog
 
 
-class Restoring:
+class Restore:
     """What the run changes is written down before the first change and put back at
-    the end; the record is removed last."""
+    the end; the record is removed last. `release`: hands the replica count back to the
+    cluster's scalers, once their ScaledObjects are un-paused."""
 
-    def _record_original(self, dep) -> None:
+    def __init__(self, c: Cluster, shared: Shared, release: Callable[[], None] = lambda: None):
+        self.c, self.s, self.release = c, shared, release
+
+    def record(self, dep) -> None:
         """Before any change: what to put back, kept on the Deployment itself."""
-        template = self.api.sanitize_for_serialization(dep.spec.template)
-        strategy = self.api.sanitize_for_serialization(dep.spec.strategy)
-        self._original = {
+        api = self.c.api
+        self.s.original = {
             "replicas": dep.spec.replicas,
-            "template": template,
-            "strategy": strategy,
-            "run": self.run_dir.name,
+            "template": api.sanitize_for_serialization(dep.spec.template),
+            "strategy": api.sanitize_for_serialization(dep.spec.strategy),
+            "run": self.c.run_dir.name,
         }
 
-    def _mark_restore_pending(self) -> None:
+    def mark_pending(self) -> None:
         """Write (or rewrite) what to put back before changing anything."""
-        self._marked = True
-        note = json.dumps(self._original | {"cordoned": self._cordoned})
-        self._patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
+        self.s.marked = True
+        note = json.dumps(self.s.original | {"cordoned": self.s.cordoned})
+        self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
     def restore(self) -> list[str]:
         """Put back replicas, the pod template, the strategy, cordons and KEDA pauses."""
+        c, s = self.c, self.s
         done: list[str] = []
-        orig = self._original
-        dep = self.apps.read_namespaced_deployment(self.k.deployment, self.ns)
-        current_template = self.api.sanitize_for_serialization(dep.spec.template)
+        orig = s.original
+        dep = c.read_deployment()
+        current_template = c.api.sanitize_for_serialization(dep.spec.template)
         # the restore-pending record is removed last, once everything it lists is back: a
         # failure on the way leaves it for `rollcheck kube-restore`
         body: dict = {"spec": {}}
         if current_template != orig["template"]:
             body["spec"]["template"] = orig["template"]
             done.append("pod template")
-        if self.api.sanitize_for_serialization(dep.spec.strategy) != orig["strategy"]:
+        if c.api.sanitize_for_serialization(dep.spec.strategy) != orig["strategy"]:
             body["spec"]["strategy"] = orig["strategy"]
             done.append("rollout strategy")
         if dep.spec.replicas != orig["replicas"]:
@@ -54,63 +59,66 @@ class Restoring:
             done.append(f"replicas {dep.spec.replicas} -> {orig['replicas']}")
         # a replace of the template: a strategic merge would keep added args and env
         if "template" in body["spec"]:
-            dep.spec.template = orig["template"]
-            self.apps.patch_namespaced_deployment(
-                self.k.deployment,
-                self.ns,
+            c.apps.patch_namespaced_deployment(
+                c.deployment,
+                c.ns,
                 [{"op": "replace", "path": "/spec/template", "value": orig["template"]}],
             )
             del body["spec"]["template"]
         if body["spec"]:
-            self._patch_deployment(body)
-        for node in list(self._cordoned):
-            self.core.patch_node(node, {"spec": {"unschedulable": False}})
+            c.patch_deployment(body)
+        for node in list(s.cordoned):
+            c.core.patch_node(node, {"spec": {"unschedulable": False}})
             done.append(f"uncordoned {node}")
-            self._cordoned.remove(node)
-        for so in list(self._keda_paused):
-            self._keda_annotate(so, None)
+            s.cordoned.remove(node)
+        for so in list(s.keda_paused):
+            c.keda_pause(so, None)
             done.append(f"unpaused ScaledObject {so}")
-            self._keda_paused.remove(so)
-        self.scaling.release()  # the count is the cluster's scalers' again
-        self._patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
-        self.restored = done
-        self._events.emit("restored", what=done)
+            s.keda_paused.remove(so)
+        self.release()  # the count is the cluster's scalers' again
+        c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
+        c.emit("restored", what=done)
         if done:
-            print(
-                f"rollcheck: restored {self.ns}/{self.k.deployment}: {', '.join(done)}", flush=True
-            )
+            print(f"rollcheck: restored {c.ns}/{c.deployment}: {', '.join(done)}", flush=True)
         return done
 
 
 def restore_pending(cfg: RunConfig) -> list[str]:
     """`rollcheck kube-restore`: put back what an interrupted run recorded on the Deployment."""
-    api = connect(cfg.kube.kubeconfig, cfg.kube.context)
-    apps = client.AppsV1Api(api)
-    where = f"{cfg.kube.namespace}/{cfg.kube.deployment}"
+    run_dir = Path("reports") / "kube-restore"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    c = Cluster(
+        connect(cfg.kube.kubeconfig, cfg.kube.context),
+        cfg,
+        run_dir,
+        EventLog(run_dir / "events.jsonl"),
+    )
+    where = f"{c.ns}/{c.deployment}"
     try:
-        dep = apps.read_namespaced_deployment(cfg.kube.deployment, cfg.kube.namespace)
-    except ApiException as exc:
-        if exc.status == 404:
+        try:
+            dep = c.read_deployment()
+        except ApiException as exc:
+            if exc.status == 404:
+                raise TargetError(
+                    f"deployment {where} does not exist: nothing to restore (a deleted "
+                    "Deployment takes its restore record with it); check kube.namespace and "
+                    "kube.deployment"
+                ) from None
             raise TargetError(
-                f"deployment {where} does not exist: nothing to restore (a deleted Deployment "
-                "takes its restore record with it); check kube.namespace and kube.deployment"
+                f"reading deployment {where}: HTTP {exc.status} {_message(exc)}"
             ) from None
-        raise TargetError(
-            f"reading deployment {where}: HTTP {exc.status} {_message(exc)}"
-        ) from None
-    note = (dep.metadata.annotations or {}).get(RESTORE)
-    if not note:
-        return []
-    from harness.cluster.kube.target import KubeTarget
-
-    t = KubeTarget(cfg, Path("reports") / "kube-restore", api=api)
-    t.api, t.apps, t.core = api, apps, client.CoreV1Api(api)
-    t.custom = client.CustomObjectsApi(api)
-    orig = json.loads(note)
-    t._original = {k: orig[k] for k in ("replicas", "template", "strategy", "run")}
-    t._cordoned = list(orig.get("cordoned", []))
-    t._keda_paused = [so for so in t._scaled_objects()]
-    try:
-        return t.restore()
-    except ApiException as exc:  # the Deployment went away in between, or a node did
-        raise TargetError(f"restoring {where}: HTTP {exc.status} {_message(exc)}") from None
+        note = (dep.metadata.annotations or {}).get(RESTORE)
+        if not note:
+            return []
+        orig = json.loads(note)
+        shared = Shared(
+            original={k: orig[k] for k in ("replicas", "template", "strategy", "run")},
+            cordoned=list(orig.get("cordoned", [])),
+            keda_paused=c.scaled_objects(),
+        )
+        try:
+            return Restore(c, shared).restore()
+        except ApiException as exc:  # the Deployment went away in between, or a node did
+            raise TargetError(f"restoring {where}: HTTP {exc.status} {_message(exc)}") from None
+    finally:
+        c.events.close()

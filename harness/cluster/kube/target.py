@@ -1,26 +1,31 @@
-"""The Kubernetes target, assembled from its parts (see harness/cluster/kube/__init__.py)."""
+"""The Kubernetes target, composed of its parts (see harness/cluster/kube/__init__.py).
+
+Each part receives what it uses: the connection and the workload's coordinates
+(`Cluster`), the state the parts share (`Shared`: the pods the watches see, what the
+restore must put back), and the other parts it calls. KubeTarget builds them at start()
+and answers the Target interface through them.
+"""
 
 from __future__ import annotations
 
-import atexit
-import threading
+import signal
 from pathlib import Path
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.actions import Actions
-from harness.cluster.kube.common import connect, prestop_s
+from harness.cluster.kube.common import Cluster, Shared, connect, prestop_s
+from harness.cluster.kube.pods import PodAccess
 from harness.cluster.kube.preflight import Preflight
-from harness.cluster.kube.restore import Restoring
+from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import HARNESS_MANAGER, ScalerObserver
-from harness.cluster.kube.watches import Watching, _Watch, pod_view
-from harness.cluster.target import PodView, Target, TargetError
+from harness.cluster.kube.watches import Watches
+from harness.cluster.target import CannotRun, PodView, Target, TargetError
 from harness.config.schema import RunConfig
 from harness.events import Event, EventLog
 
 
-class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
+class KubeTarget(Target):
     name = "kube"
 
     def __init__(self, cfg: RunConfig, run_dir: Path, api: client.ApiClient | None = None):
@@ -37,95 +42,63 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
         self._api = api
         self._events = EventLog(self.run_dir / "events.jsonl")
         self.scaling = ScalerObserver(self._events.emit, self.k.deployment)
-        self._pods: dict[str, object] = {}  # uid -> last pod
-        self._lock = threading.RLock()
-        self._watches: list[_Watch] = []
-        self._original: dict | None = None
-        self._cordoned: list[str] = []
-        self._keda_paused: list[str] = []
-        self._pod_path_ok: str | None = None  # direct or proxy: the way that last worked
-        self.pod_access_problem: str | None = None  # what was tried when no way worked
-        self._rolling = False
-        self._capacity = None
-        self._slices: dict[str, set] = {}
-        self._marked = False
+        self.shared = Shared()
         self.restored: list[str] = []
-        self.lint_findings: list = []
-        self.port = 8000
+        # the parts, built by start() once connected
+        self.cluster: Cluster | None = None
+        self.preflight: Preflight | None = None
+        self.watches: Watches | None = None
+        self.restorer: Restore | None = None
+        self.actions: Actions | None = None
+        self.access: PodAccess | None = None
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
-        self.api = self._api or connect(self.k.kubeconfig, self.k.context)
+        api = self._api or connect(self.k.kubeconfig, self.k.context)
         # the harness's own writes carry its name (managedFields), so the replica
         # changes that are not its own can be told apart and named
-        self.api.user_agent = f"{HARNESS_MANAGER}/1"
-        self.core = client.CoreV1Api(self.api)
-        self.apps = client.AppsV1Api(self.api)
-        self.policy = client.PolicyV1Api(self.api)
-        self.discovery = client.DiscoveryV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
-        dep = self._preflight()
-        self._lint(dep)
-        c = dep.spec.template.spec.containers[0]
-        if c.ports:
-            self.port = int(c.ports[0].container_port)
+        api.user_agent = f"{HARNESS_MANAGER}/1"
+        c = self.cluster = Cluster(api, self.cfg, self.run_dir, self._events)
+        s = self.shared
+        self.preflight = Preflight(c)
+        self.watches = Watches(c, s, self.scaling)
+        self.restorer = Restore(c, s, self.scaling.release)
+        self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)
+        self.access = PodAccess(c, s, self.auth_headers)
+        dep = self.preflight.check()
+        self.preflight.lint(dep)
+        container = dep.spec.template.spec.containers[0]
+        if container.ports:
+            s.port = int(container.ports[0].container_port)
         selector = self.k.selector or ",".join(
             f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items()
         )
-        self._selector = selector
-        # Watches left running at interpreter exit would log from daemon threads while
-        # Python shuts down, which can abort the process: stop them first.
-        atexit.register(self._stop_watches)
-        for name, lister, on_event, kw in (
-            ("pods", self.core.list_namespaced_pod, self._on_pod, {"label_selector": selector}),
-            (
-                "replicasets",
-                self.apps.list_namespaced_replica_set,
-                self._on_rs,
-                {"label_selector": selector},
-            ),
-            ("endpointslices", self.discovery.list_namespaced_endpoint_slice, self._on_slice, {}),
-            ("events", self.core.list_namespaced_event, self._on_k8s_event, {}),
-            (
-                "deployment",
-                self.apps.list_namespaced_deployment,
-                self._as_dict(self.scaling.on_deployment),
-                {"field_selector": f"metadata.name={self.k.deployment}"},
-            ),
-            *self._hpa_watch(),
-        ):
-            w = _Watch(name, lister, on_event, self._relister(name, on_event), self.ns, **kw)
-            self._watches.append(w)
-            w.start()
-        self._record_original(dep)
+        self.watches.start(selector)
+        self.restorer.record(dep)
         scalers = self.workload_scalers()
         if scalers:
             self._events.emit("workload_scalers", names=scalers)
         if self.k.gateway_pods_selector and not self.k.gateway_log_files:
-            self._stream_gateway_logs()
-
-    def _as_dict(self, on_event):
-        """A watch callback fed the object as the API's JSON (the observer's input)."""
-        return lambda kind, obj: on_event(kind, self.api.sanitize_for_serialization(obj))
-
-    def _hpa_watch(self) -> list[tuple]:
-        """The HPAs' watch, where the harness may list them (RBAC autoscaling list/watch)."""
-        hpas = client.AutoscalingV2Api(self.api)
-        try:
-            hpas.list_namespaced_horizontal_pod_autoscaler(self.ns, limit=1)
-        except ApiException:
-            return []
-        on_hpa = self._as_dict(self.scaling.on_hpa)
-        return [("hpas", hpas.list_namespaced_horizontal_pod_autoscaler, on_hpa, {})]
+            self.watches.follow_gateway_logs()
 
     def close(self) -> None:
         try:
-            if self._original is not None and self._marked:
+            if self.shared.original is not None and self.shared.marked:
                 self.restore()
         finally:
-            self._stop_gateway_logs()
-            self._stop_watches()
+            if self.watches is not None:
+                self.watches.stop_gateway_logs()
+                self.watches.stop()
             self._events.close()
+
+    def restore(self) -> list[str]:
+        """Put back what the run changed (replicas, template, strategy, cordons, KEDA)."""
+        self.restored = self.restorer.restore()
+        return self.restored
+
+    def interrupt_watches(self) -> None:
+        """Break every watch connection once (tests the resume path)."""
+        self.watches.interrupt()
 
     # --- observation -------------------------------------------------------------
     @property
@@ -134,17 +107,33 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
             raise TargetError("kube.gateway_url is not set: the URL clients use (the ingress)")
         return self.k.gateway_url
 
+    @property
+    def lint_findings(self) -> list:
+        return self.preflight.lint_findings if self.preflight is not None else []
+
+    @property
+    def pod_access_problem(self) -> str | None:
+        """How the pods' engines were tried, when no way to them worked."""
+        return self.access.problem if self.access is not None else None
+
     def pods(self) -> list[PodView]:
-        with self._lock:
-            return [pod_view(p, self.port) for p in self._pods.values()]
+        return self.watches.views()
 
     def events(self) -> list[Event]:
         return sorted(self._events.all(), key=lambda e: e.t)
 
     def prestop_s(self, name: str) -> float:
-        with self._lock:
-            pod = next((p for p in self._pods.values() if p.metadata.name == name), None)
+        pod = self.shared.pod(name)
         return prestop_s(pod.spec.containers[0]) if pod is not None else 0.0
+
+    def pod_metrics(self, name: str) -> dict[str, float]:
+        return self.access.pod_metrics(name)
+
+    def pod_health(self, name: str) -> int | None:
+        return self.access.pod_health(name)
+
+    def pod_endpoint(self, name: str) -> tuple[str, dict]:
+        return self.access.pod_endpoint(name)
 
     def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
         try:
@@ -155,8 +144,8 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
             raise
 
     def gateway_logs(self):
-        if getattr(self, "_gw_files", None):
-            return self._gw_files
+        if self.watches is not None and self.watches.gw_files:
+            return self.watches.gw_files
         files = self.k.gateway_log_files
         access = Path(files[0]) if files else None
         error = Path(files[1]) if len(files) > 1 else None
@@ -164,3 +153,104 @@ class KubeTarget(Watching, Preflight, Actions, Restoring, Target):
 
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
+
+    def pod_probes(self) -> dict:
+        return self.preflight.pod_probes()
+
+    def relint(self, min_startup_s: float) -> None:
+        self.preflight.relint(min_startup_s)
+
+    # --- what this cluster allows ------------------------------------------------
+    def node_drain_blocker(self) -> str | None:
+        return self.preflight.node_drain_blocker()
+
+    def free_gpus(self) -> tuple[int, int] | None:
+        return self.preflight.free_gpus()
+
+    def candidate_image(self, version: str) -> str | None:
+        return self.preflight.candidate_image(version)
+
+    def candidate_problem(self, version: str, engine: dict, key: str) -> str | None:
+        problem = super().candidate_problem(version, engine, key)
+        if problem or engine:
+            return problem
+        return self.preflight.image_problem(version)
+
+    def scaler(self) -> str:
+        return self.k.scaler
+
+    def autoscaler_blocker(self, to_zero: bool = False) -> str | None:
+        return self.preflight.autoscaler_blocker(to_zero)
+
+    # --- actions -----------------------------------------------------------------
+    def check_own_pod(self, name: str) -> PodView:
+        return self.actions.check_own_pod(name)
+
+    def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
+        self.actions.rollout(version, engine, max_surge, max_unavailable, min_ready_s)
+
+    def rollout_done(self) -> bool:
+        return self.actions.rollout_done()
+
+    def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
+        self.actions.evict_pod(name, retry_deadline_s)
+
+    def drain_node(self, node: str, retry_deadline_s: float = 30.0) -> list[str]:
+        self.check_node_drain(node)
+        return self.actions.drain_node(node, retry_deadline_s)
+
+    def uncordon(self, node: str) -> None:
+        self.actions.uncordon(node)
+
+    def scale(self, replicas: int) -> None:
+        self.actions.scale(replicas)
+
+    def scale_down(self, pod: str) -> None:
+        self.actions.scale_down(pod)
+
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.actions.kill_pod(name, sig)
+
+    def delete_pod(self, name: str, grace_s: float | None = None) -> None:
+        self.actions.delete_pod(name, grace_s)
+
+    # --- the workload's own scalers ------------------------------------------------
+    def workload_scalers(self) -> list[str]:
+        return self.actions.workload_scalers()
+
+    def hold_count(self, replicas: int) -> None:
+        """With a ScaledObject or HPA on the Deployment, the count is set and held (KEDA
+        paused at it; an HPA that changes it anyway is named as a fight), so nothing but
+        the scenario's own act moves it; the restore hands it back."""
+        if self.workload_scalers():
+            self.scale(replicas)
+
+    def set_autoscaler(self, policy: str) -> None:
+        """kube.scaler=harness: scale to the autoscaler's minimum now. cluster: hand the
+        replica count back to the cluster's own scalers (the KEDA ScaledObjects the
+        harness paused are un-paused) and let them act; which scalers were found is on
+        the timeline. With none, the scenario cannot test a scaler: CannotRun, before
+        anything changes."""
+        if self.k.scaler == "harness":
+            self.action("autoscaler", policy=policy, mode="harness")
+            self.scale(self.cfg.autoscaler.min_replicas)
+            return
+        blocker = self.autoscaler_blocker()
+        if blocker:
+            raise CannotRun(blocker)
+        self.hand_back()
+
+    def hand_back(self, as_act: bool = True, hold_scale_in: bool = False) -> None:
+        self.actions.hand_back(as_act, hold_scale_in)
+
+    def release_scale_in(self) -> None:
+        self.actions.release_scale_in()
+
+    def scaler_active_since(self, t: float) -> bool | None:
+        return self.actions.scaler_active_since(t)
+
+    def desired_replicas(self) -> int | None:
+        return self.actions.desired_replicas()
+
+    def why_removed(self, name: str) -> str:
+        return self.actions.why_removed(name)

@@ -3,13 +3,16 @@ resourceVersion (410 Gone -> relist), and the gateway pods' logs."""
 
 from __future__ import annotations
 
+import atexit
 import socket
 import threading
+from pathlib import Path
 
-from kubernetes import watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import _ready, _ts, prestop_s
+from harness.cluster.kube.common import Cluster, Shared, _ready, _ts, prestop_s
+from harness.cluster.kube.scaling import ScalerObserver
 from harness.cluster.target import PodView, TargetError
 from harness.files import open_append
 
@@ -93,17 +96,69 @@ def _version(pod) -> str:
     return labels.get("version") or pod.spec.containers[0].image.rsplit(":", 1)[-1]
 
 
-class Watching:
-    """Watches on pods, ReplicaSets, EndpointSlices and events, turned into the
-    same timestamped events as the local target; and the gateway pods' logs, followed."""
+class Watches:
+    """Watches on pods, ReplicaSets, EndpointSlices, events, the Deployment and its HPAs,
+    turned into the same timestamped events as the local target (the pods they see go
+    to the shared state); and the gateway pods' logs, followed."""
+
+    def __init__(self, c: Cluster, shared: Shared, scaling: ScalerObserver):
+        self.c, self.s, self.scaling = c, shared, scaling
+        self.watches: list[_Watch] = []
+        self._capacity = None
+        self._slices: dict[str, set] = {}
+        self.gw_files: tuple[Path, Path] | None = None
+        self._gw_streams: list = []
+        self._gw_followers: list[threading.Thread] = []
+
+    def start(self, selector: str) -> None:
+        """Watch the workload's pods (by `selector`) and what goes with them."""
+        c = self.c
+        # Watches left running at interpreter exit would log from daemon threads while
+        # Python shuts down, which can abort the process: stop them first.
+        atexit.register(self.stop)
+        by_label = {"label_selector": selector}
+        for name, lister, on_event, kw in (
+            ("pods", c.core.list_namespaced_pod, self._on_pod, by_label),
+            ("replicasets", c.apps.list_namespaced_replica_set, self._on_rs, by_label),
+            ("endpointslices", c.discovery.list_namespaced_endpoint_slice, self._on_slice, {}),
+            ("events", c.core.list_namespaced_event, self._on_k8s_event, {}),
+            (
+                "deployment",
+                c.apps.list_namespaced_deployment,
+                self._as_dict(self.scaling.on_deployment),
+                {"field_selector": f"metadata.name={c.deployment}"},
+            ),
+            *self._hpa_watch(),
+        ):
+            w = _Watch(name, lister, on_event, self._relister(name, on_event), c.ns, **kw)
+            self.watches.append(w)
+            w.start()
+
+    def _as_dict(self, on_event):
+        """A watch callback fed the object as the API's JSON (the observer's input)."""
+        return lambda kind, obj: on_event(kind, self.c.api.sanitize_for_serialization(obj))
+
+    def _hpa_watch(self) -> list[tuple]:
+        """The HPAs' watch, where the harness may list them (RBAC autoscaling list/watch)."""
+        hpas = client.AutoscalingV2Api(self.c.api)
+        try:
+            hpas.list_namespaced_horizontal_pod_autoscaler(self.c.ns, limit=1)
+        except ApiException:
+            return []
+        on_hpa = self._as_dict(self.scaling.on_hpa)
+        return [("hpas", hpas.list_namespaced_horizontal_pod_autoscaler, on_hpa, {})]
+
+    def views(self) -> list[PodView]:
+        with self.s.lock:
+            return [pod_view(p, self.s.port) for p in self.s.pods.values()]
 
     # --- watches -> events -----------------------------------------------------
     def _relister(self, name: str, on_event):
         def relist(items) -> None:
             if name == "pods":
                 seen = {p.metadata.uid for p in items}
-                with self._lock:
-                    gone = [p for uid, p in self._pods.items() if uid not in seen]
+                with self.s.lock:
+                    gone = [p for uid, p in self.s.pods.items() if uid not in seen]
                 for p in gone:
                     self._on_pod("DELETED", p)  # missed while disconnected
             for obj in items:
@@ -115,16 +170,16 @@ class Watching:
         uid = pod.metadata.uid
         name, node = pod.metadata.name, pod.spec.node_name
         version = _version(pod)
-        with self._lock:
-            old = self._pods.get(uid)
+        with self.s.lock:
+            old = self.s.pods.get(uid)
             if kind == "DELETED":
-                self._pods.pop(uid, None)
+                self.s.pods.pop(uid, None)
                 if old is not None:
-                    self._events.emit("pod_removed", pod=name, node=node, version=version)
+                    self.c.emit("pod_removed", pod=name, node=node, version=version)
                 self._capacity_event()
                 return
-            self._pods[uid] = pod
-        emit = self._events.emit
+            self.s.pods[uid] = pod
+        emit = self.c.emit
         if (old is None or not old.status.pod_ip) and pod.status.pod_ip:
             emit(
                 "pod_created",
@@ -132,7 +187,7 @@ class Watching:
                 node=node,
                 version=version,
                 t=_ts(pod.metadata.creation_timestamp),
-                address=f"{pod.status.pod_ip}:{self.port}",
+                address=f"{pod.status.pod_ip}:{self.s.port}",
             )
         if old is not None and _ready(old) != _ready(pod):
             emit("ready" if _ready(pod) else "unready", pod=name, node=node, version=version)
@@ -165,17 +220,17 @@ class Watching:
         self._capacity_event()
 
     def _capacity_event(self) -> None:
-        with self._lock:
-            pods = list(self._pods.values())
+        with self.s.lock:
+            pods = list(self.s.pods.values())
         live = [p for p in pods if p.metadata.deletion_timestamp is None]
         cap = (sum(1 for p in live if _ready(p)), len(pods))
         if cap != self._capacity:
             self._capacity = cap
-            self._events.emit("capacity", ready=cap[0], available=cap[0], pods=cap[1])
+            self.c.emit("capacity", ready=cap[0], available=cap[0], pods=cap[1])
 
     def _on_rs(self, kind: str, rs) -> None:
         if kind == "MODIFIED":
-            self._events.emit(
+            self.c.emit(
                 "replicaset",
                 replicaset=rs.metadata.name,
                 replicas=rs.spec.replicas,
@@ -195,16 +250,16 @@ class Watching:
         if kind == "DELETED":
             now = set()
         for a, pod in sorted(now - before, key=str):
-            self._events.emit("endpoint_added", pod=pod, address=a, service=svc)
+            self.c.emit("endpoint_added", pod=pod, address=a, service=svc)
         for a, pod in sorted(before - now, key=str):
-            self._events.emit("endpoint_removed", pod=pod, address=a, service=svc)
+            self.c.emit("endpoint_removed", pod=pod, address=a, service=svc)
         prev[s.metadata.name] = now
 
     def _on_k8s_event(self, kind: str, ev) -> None:
         if kind != "ADDED":
             return
         obj = ev.involved_object
-        self._events.emit(
+        self.c.emit(
             "k8s_event",
             pod=obj.name if obj.kind == "Pod" else None,
             t=_ts(ev.last_timestamp or ev.event_time or ev.metadata.creation_timestamp),
@@ -214,35 +269,35 @@ class Watching:
             name=obj.name,
         )
 
-    def _stop_watches(self) -> None:
-        for w in self._watches:
+    def stop(self) -> None:
+        for w in self.watches:
             w.stop()
-        for w in self._watches:
+        for w in self.watches:
             w.join(5)
 
-    def interrupt_watches(self) -> None:
+    def interrupt(self) -> None:
         """Break every watch connection once (tests the resume path)."""
-        for w in self._watches:
+        for w in self.watches:
             w.interrupt()
 
-    def _stream_gateway_logs(self) -> None:
+    def follow_gateway_logs(self) -> None:
         """Follow the ingress controller pods' logs into gateway/access.log and error.log
         (ingress-nginx writes both to its container output) until close(). A selector that
         finds no pod, or a missing permission, stops the run here in one line."""
-        ns, selector = self.k.gateway_pods_namespace, self.k.gateway_pods_selector
-        folder = self.run_dir / "gateway"
+        ns, selector = self.c.k.gateway_pods_namespace, self.c.k.gateway_pods_selector
+        folder = self.c.run_dir / "gateway"
         folder.mkdir(parents=True, exist_ok=True)
-        self._gw_files = (folder / "access.log", folder / "error.log")
-        if self._allowed("get", "pods", sub="log", namespace=ns) is False:
+        self.gw_files = (folder / "access.log", folder / "error.log")
+        if self.c.allowed("get", "pods", sub="log", namespace=ns) is False:
             raise TargetError(
                 f"RBAC: not allowed to get pods/log in namespace {ns} (the gateway's logs); "
                 "grant the Role rollcheck-gateway-logs in deploy/rbac.yaml, or unset "
                 "kube.gateway_pods_selector"
             )
         try:
-            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+            pods = self.c.core.list_namespaced_pod(ns, label_selector=selector).items
         except ApiException as exc:
-            raise self._error(exc, "list", "pods", f"gateway pods in {ns}") from None
+            raise self.c.error(exc, "list", "pods", f"gateway pods in {ns}") from None
         pods = [p for p in pods if p.status.phase == "Running"]
         if not pods:
             raise TargetError(
@@ -250,15 +305,13 @@ class Watching:
                 f"{ns} (kube.gateway_pods_namespace); check both, e.g. "
                 "app.kubernetes.io/name=ingress-nginx in ingress-nginx"
             )
-        self._gw_streams: list = []
-        self._gw_followers: list[threading.Thread] = []
         for pod in pods:
             try:
-                resp = self.core.read_namespaced_pod_log(
+                resp = self.c.core.read_namespaced_pod_log(
                     pod.metadata.name, ns, follow=True, since_seconds=1, _preload_content=False
                 )
             except ApiException as exc:
-                raise self._error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
+                raise self.c.error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
             self._gw_streams.append(resp)
             follower = threading.Thread(
                 target=self._follow_log,
@@ -272,7 +325,7 @@ class Watching:
     def _follow_log(self, resp) -> None:
         from harness.gateway_logs import ERROR_LINE
 
-        access, error = (open_append(p) for p in self._gw_files)
+        access, error = (open_append(p) for p in self.gw_files)
         try:
             buf = b""
             for chunk in resp.stream(4096):
@@ -289,20 +342,20 @@ class Watching:
             access.close()
             error.close()
 
-    def _stop_gateway_logs(self) -> None:
+    def stop_gateway_logs(self) -> None:
         """End the follows. Closing a response another thread is reading blocks on that
         read (a follow that never ends): shut the socket down first, so the read returns,
         let the followers write what they have, then close."""
-        for resp in getattr(self, "_gw_streams", []):
+        for resp in self._gw_streams:
             sock = getattr(getattr(resp, "connection", None), "sock", None)
             if sock is not None:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        for follower in getattr(self, "_gw_followers", []):
+        for follower in self._gw_followers:
             follower.join(5)
-        for resp in getattr(self, "_gw_streams", []):
+        for resp in self._gw_streams:
             try:
                 resp.release_conn()
                 resp.close()
