@@ -5,7 +5,9 @@ A CPU engine on a laptop or a CI machine is not a GPU fleet, and a busy machine 
 slower still: a TTFT SLO written for one says nothing about a deployment run on the
 other. So with `engine.kind: vllm` the session measures one engine before its first
 scenario, unloaded (one request at a time) and with a full batch (max_num_seqs requests
-sent together, what one replica carries while another drains), and judges TTFT by
+sent together, what one replica carries while another drains), each with the load's
+longest prompt (a CPU engine's first token is mostly the prompt's prefill: 0.8 s for a
+short prompt, 5 s for the load's 149 tokens here), and judges TTFT by
 whichever is more: the SLO in force, or three times the full batch's slowest first
 token. An SLO given with --set is kept as it is; one below what this machine can do is
 said before acting, not discovered as a FAIL.
@@ -41,6 +43,7 @@ class EngineFigures:
     ttft_full_batch_s: float  # the slowest first token of a full batch sent together
     itl_full_batch_s: float  # the median gap between tokens in that batch
     batch: int  # the batch: the engine's max_num_seqs
+    prompt_tokens: int | None = None  # the measuring prompts' length, as the engine counted it
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -74,7 +77,7 @@ def calibrate(
         f"measured one engine on this machine: TTFT {f.ttft_unloaded_s:.2f} s unloaded, "
         f"{f.ttft_full_batch_s:.2f} s at worst in a batch of {f.batch}; inter-token "
         f"{f.itl_unloaded_s * 1000:.0f} ms unloaded, {f.itl_full_batch_s * 1000:.0f} ms in "
-        "the batch"
+        "the batch" + (f" ({f.prompt_tokens}-token prompts)" if f.prompt_tokens else "")
     ]
     warnings = []
     if "slo.ttft_s" in explicit:
@@ -126,12 +129,18 @@ def figures_from(
         gaps = [r.itl_p50_s for r in records if r.itl_p50_s is not None]
         return statistics.median(gaps) if gaps else 0.0
 
+    counted = [
+        r.usage["prompt_tokens"]
+        for r in [*unloaded, *batch]
+        if isinstance(r.usage, dict) and isinstance(r.usage.get("prompt_tokens"), int)
+    ]
     return EngineFigures(
         ttft_unloaded_s=round(statistics.median(r.ttft_s for r in unloaded), 3),
         itl_unloaded_s=round(gap(unloaded), 4),
         ttft_full_batch_s=round(max(r.ttft_s for r in batch), 3),
         itl_full_batch_s=round(gap(batch), 4),
         batch=len(batch),
+        prompt_tokens=max(counted) if counted else None,
     )
 
 
@@ -146,17 +155,25 @@ def _requests(
     parallel: int,
     client_settings: dict | None,
     headers: dict | None = None,
+    prompt_tokens: int | None = None,
 ) -> list[StreamRecord]:
-    """n streamed requests of `tokens` tokens, `parallel` at a time (1: one after another)."""
+    """n streamed requests of `tokens` tokens, `parallel` at a time (1: one after another),
+    each with a prompt of about prompt_tokens (None: a short one)."""
     from harness.client import chat_payload, make_client, stream_request
     from harness.streams import Thresholds
+    from loadgen.settings import prompt_text
 
     endpoint = url.rstrip("/") + "/v1/chat/completions"
     th = Thresholds(stall_timeout_s=60.0)
     with make_client(60.0, parallel, **(client_settings or {})) as client:
 
         def one(i: int) -> StreamRecord:
-            payload = chat_payload(model, f"warm-up {i}: count to ten", tokens, ignore_eos=True)
+            prompt = (
+                f"warm-up {i}: count to ten"
+                if prompt_tokens is None
+                else prompt_text(prompt_tokens, i)
+            )
+            payload = chat_payload(model, prompt, tokens, ignore_eos=True)
             return stream_request(client, endpoint, payload, th, headers=headers)
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -172,10 +189,16 @@ def warm_up(
 
 
 def measure(
-    url: str, model: str | None, batch: int, client_settings=None, headers=None
+    url: str,
+    model: str | None,
+    batch: int,
+    prompt_tokens: int,
+    client_settings=None,
+    headers=None,
 ) -> tuple[list[StreamRecord], list[StreamRecord]]:
-    """The measuring requests on one warmed engine: unloaded, then a full batch."""
-    cs = client_settings
-    unloaded = _requests(url, model, UNLOADED_REQUESTS, MEASURE_TOKENS, 1, cs, headers)
-    together = _requests(url, model, batch, MEASURE_TOKENS, batch, cs, headers)
+    """The measuring requests on one warmed engine, each with a prompt of about
+    prompt_tokens (the load's longest): unloaded, then a full batch."""
+    cs, p = client_settings, prompt_tokens
+    unloaded = _requests(url, model, UNLOADED_REQUESTS, MEASURE_TOKENS, 1, cs, headers, p)
+    together = _requests(url, model, batch, MEASURE_TOKENS, batch, cs, headers, p)
     return unloaded, together

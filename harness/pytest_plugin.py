@@ -282,7 +282,10 @@ def _calibrate(config: pytest.Config, cfg, target):
     key = target.auth_headers()
     model = cfg.load.model
     calibration.warm_up(url, model, max(1, cfg.scenario.warm_requests), settings, key)
-    unloaded, batch = calibration.measure(url, model, cfg.engine.max_num_seqs, settings, key)
+    longest = max(share.tokens for share in cfg.load.prompt_tokens)
+    unloaded, batch = calibration.measure(
+        url, model, cfg.engine.max_num_seqs, longest, settings, key
+    )
     figures = calibration.figures_from(unloaded, batch)
     if figures is None:
         outcomes = ", ".join(r.outcome for r in [*unloaded, *batch])

@@ -36,8 +36,9 @@ def test_a_set_slo_is_kept_and_one_this_machine_cannot_meet_is_said():
     assert "slo.itl_s 0.1 s is not above" in cal.warnings[1]
 
 
-def rec(ttft, itl, outcome="complete"):
-    return StreamRecord("r", outcome, 0.0, 1.0, ttft_s=ttft, itl_p50_s=itl)
+def rec(ttft, itl, outcome="complete", prompt_tokens=None):
+    usage = None if prompt_tokens is None else {"prompt_tokens": prompt_tokens}
+    return StreamRecord("r", outcome, 0.0, 1.0, ttft_s=ttft, itl_p50_s=itl, usage=usage)
 
 
 def test_figures_are_the_median_unloaded_and_the_worst_of_the_batch():
@@ -50,3 +51,12 @@ def test_figures_are_the_median_unloaded_and_the_worst_of_the_batch():
 def test_an_engine_that_broke_a_measuring_request_gives_no_figures():
     assert figures_from([rec(0.2, 0.01)], [rec(None, None, "hung")]) is None
     assert figures_from([], [rec(0.5, 0.05)]) is None
+
+
+def test_the_figures_say_the_prompt_length_the_engine_counted():
+    """The first token on a CPU engine is mostly the prompt's prefill: the figures say
+    how long the measuring prompts were (the load's longest), as the engine counted."""
+    f = figures_from([rec(0.2, 0.01, prompt_tokens=149)], [rec(0.5, 0.05, prompt_tokens=150)])
+    assert f.prompt_tokens == 150
+    assert "(150-token prompts)" in calibrate(f, 5.0, None, frozenset()).lines[0]
+    assert figures_from([rec(0.2, 0.01)], [rec(0.5, 0.05)]).prompt_tokens is None
