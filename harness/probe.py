@@ -44,6 +44,104 @@ def check_deadline(records: list[StreamRecord], timeout_s: float, cut: int):
     return passed("probe_deadline", "all ended", expected, f"{len(records)} streams")
 
 
+def chat_url(base_url: str) -> str:
+    """The chat completions URL under a base URL (with or without /v1)."""
+    url = base_url.rstrip("/")
+    if not url.endswith("/chat/completions"):
+        url += "/v1/chat/completions" if not url.endswith("/v1") else "/chat/completions"
+    return url
+
+
+class _Probe:
+    """One probe's requests in flight: `concurrency` workers take the next request number
+    until none is left or the probe is cancelled; each stream is recorded exactly once."""
+
+    def __init__(self, url, requests, model, max_tokens, prompt, thresholds, headers):
+        self.url, self.model, self.max_tokens, self.prompt = url, model, max_tokens, prompt
+        self.thresholds, self.headers = thresholds, headers
+        self.records: list[StreamRecord] = []
+        self.lock = threading.Lock()
+        self.cancel = Cancel()
+        self.todo = iter(range(requests))
+        self.sent = 0
+        self.sent_total = 0
+        # sent, not yet recorded; emptied when the records are final, so a late one is dropped
+        self.open_streams: dict[str, StreamObserver] = {}
+        # The workers count themselves out: the main thread waits on an Event, never in
+        # Thread.join, which a Ctrl-C can leave believing a running thread has stopped
+        # (CPython 3.11, bpo-45274's handler), so its streams would never be cancelled.
+        self.running = 0
+        self.all_ended = threading.Event()
+
+    def started(self, obs: StreamObserver) -> None:
+        with self.lock:
+            self.open_streams[obs.request_id] = obs
+
+    def keep(self, record: StreamRecord) -> None:
+        with self.lock:
+            if self.open_streams.pop(record.request_id, None) is not None:
+                self.records.append(record)
+
+    def worker(self, client) -> None:
+        try:
+            while not self.cancel.is_set():
+                with self.lock:
+                    i = next(self.todo, None)
+                    if i is None:
+                        return
+                    self.sent += 1
+                payload = chat_payload(self.model, f"{self.prompt} ({i})", self.max_tokens)
+                stream_request(
+                    client,
+                    self.url,
+                    payload,
+                    self.thresholds,
+                    headers=self.headers,
+                    on_record=self.keep,
+                    on_start=self.started,
+                    cancel=self.cancel,
+                )
+        finally:
+            with self.lock:
+                self.running -= 1
+                if self.running == 0:
+                    self.all_ended.set()
+
+    def run(self, concurrency: int, timeout_s: float) -> tuple[BaseException | None, int]:
+        """Send every request (or until the deadline, Ctrl-C or SIGTERM); the
+        interruption, if any, and how many streams the deadline cut."""
+        stopped: BaseException | None = None
+        cut = 0
+        self.running = concurrency
+        with make_client(self.thresholds.stall_timeout_s, concurrency) as client:
+            # daemon threads: a stream that ignores its cancellation cannot hold the exit
+            threads = [
+                threading.Thread(target=self.worker, args=(client,), daemon=True)
+                for _ in range(concurrency)
+            ]
+            deadline = time.monotonic() + timeout_s
+            try:
+                for t in threads:
+                    t.start()
+                self.all_ended.wait(max(0.0, deadline - time.monotonic()))
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through harness.signals
+                stopped = exc
+            if not self.all_ended.is_set():
+                with self.lock:
+                    cut = self.sent - len(self.records)
+                self.cancel.set()
+                self.all_ended.wait(JOIN_AFTER_CANCEL_S)
+            with self.lock:
+                for obs in self.open_streams.values():  # a thread that did not return in time
+                    t = time.time() - obs.sent_at
+                    record = obs.finish(End.CANCELLED, t, "cancelled by the harness")
+                    self.records.append(redact(record, secrets_of(self.headers)))
+                self.open_streams.clear()
+                self.records = sorted(self.records, key=lambda r: r.sent_at)
+                self.sent_total = self.sent  # the records are final: so is the count
+        return stopped, cut
+
+
 def run_probe(
     base_url: str,
     requests: int,
@@ -56,9 +154,6 @@ def run_probe(
     prompt: str = "Explain rolling updates in one paragraph.",
     timeout_s: float | None = None,
 ) -> tuple[list[StreamRecord], dict]:
-    url = base_url.rstrip("/")
-    if not url.endswith("/chat/completions"):
-        url += "/v1/chat/completions" if not url.endswith("/v1") else "/chat/completions"
     check_writable(out)
     for name in ("records.jsonl", "summary.json"):
         check_destination(out / name)
@@ -67,84 +162,32 @@ def run_probe(
     headers = {}
     if api_key_env and os.environ.get(api_key_env):
         headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
-    records: list[StreamRecord] = []
-    lock = threading.Lock()
-    cancel = Cancel()
-    todo = iter(range(requests))
-    sent = 0
+    probe = _Probe(chat_url(base_url), requests, model, max_tokens, prompt, thresholds, headers)
+    stopped, cut = probe.run(concurrency, timeout_s)
+    records = probe.records
+    summary = probe_summary(
+        base_url, records, probe.sent_total, thresholds, timeout_s, cut, stopped
+    )
+    write_jsonl(records, out / "records.jsonl")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    if stopped is not None:
+        raise stopped
+    return records, summary
 
-    # sent, not yet recorded; emptied when the records are final, so a late one is dropped
-    open_streams: dict[str, StreamObserver] = {}
 
-    def started(obs: StreamObserver) -> None:
-        with lock:
-            open_streams[obs.request_id] = obs
-
-    def keep(record: StreamRecord) -> None:
-        with lock:
-            if open_streams.pop(record.request_id, None) is not None:
-                records.append(record)
-
-    # The workers count themselves out: the main thread waits on an Event, never in
-    # Thread.join, which a Ctrl-C can leave believing a running thread has stopped
-    # (CPython 3.11, bpo-45274's handler), so its streams would never be cancelled.
-    running = [concurrency]
-    all_ended = threading.Event()
-
-    def worker() -> None:
-        nonlocal sent
-        try:
-            while not cancel.is_set():
-                with lock:
-                    i = next(todo, None)
-                    if i is None:
-                        return
-                    sent += 1
-                payload = chat_payload(model, f"{prompt} ({i})", max_tokens)
-                stream_request(
-                    client,
-                    url,
-                    payload,
-                    thresholds,
-                    headers=headers,
-                    on_record=keep,
-                    on_start=started,
-                    cancel=cancel,
-                )
-        finally:
-            with lock:
-                running[0] -= 1
-                if running[0] == 0:
-                    all_ended.set()
-
-    stopped: BaseException | None = None
-    cut = 0
-    with make_client(thresholds.stall_timeout_s, concurrency) as client:
-        # daemon threads: a stream that ignores its cancellation cannot hold the exit
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-        deadline = time.monotonic() + timeout_s
-        try:
-            for t in threads:
-                t.start()
-            all_ended.wait(max(0.0, deadline - time.monotonic()))
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through harness.signals
-            stopped = exc
-        if not all_ended.is_set():
-            with lock:
-                cut = sent - len(records)
-            cancel.set()
-            all_ended.wait(JOIN_AFTER_CANCEL_S)
-        with lock:
-            for obs in open_streams.values():  # a thread that did not return in time
-                t = time.time() - obs.sent_at
-                record = obs.finish(End.CANCELLED, t, "cancelled by the harness")
-                records.append(redact(record, secrets_of(headers)))
-            open_streams.clear()
-            records = sorted(records, key=lambda r: r.sent_at)
-            sent_total = sent
+def probe_summary(
+    base_url: str,
+    records: list[StreamRecord],
+    sent: int,
+    thresholds: Thresholds,
+    timeout_s: float,
+    cut: int,
+    stopped: BaseException | None,
+) -> dict:
+    """The probe's checks and its summary.json."""
     outcomes = count_outcomes(records)
     checks = [
-        check_accounting(sent_total, records, sum(outcomes.values())),
+        check_accounting(sent, records, sum(outcomes.values())),
         check_all_complete(records),
         check_ttft_slo(records, thresholds.ttft_slo_s),
     ]
@@ -153,12 +196,12 @@ def run_probe(
     else:
         reason = f"stopped by {stopped.args[0] if isinstance(stopped, Terminated) else 'Ctrl-C'}"
         checks.append(inconclusive("probe_finished", "every request sent and ended", reason))
-    summary = {
+    return {
         "scenario": "probe",
         "target": base_url,
         "verdict": verdict(checks),
         "requests": len(records),
-        "sent": sent_total,
+        "sent": sent,
         "ended": "interrupted" if stopped else "deadline" if cut else "done",
         "timeout_s": timeout_s,
         "outcomes": outcomes,
@@ -167,11 +210,6 @@ def run_probe(
         "latency": latency_summary(records),
         "checks": [c.to_dict() for c in checks],
     }
-    write_jsonl(records, out / "records.jsonl")
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    if stopped is not None:
-        raise stopped
-    return records, summary
 
 
 def format_table(summary: dict) -> str:

@@ -221,29 +221,7 @@ class ControlPlane:
         self.api_port = free_port()
         write_atomic(self.kubeconfig, kubeconfig_text(self.server, pki))
         t1 = time.monotonic()
-        self.daemons.spawn(
-            "etcd",
-            [
-                str(bins / "etcd"),
-                "--name",
-                "rollcheck",
-                "--data-dir",
-                str(self.dir / "etcd"),
-                "--listen-client-urls",
-                f"http://127.0.0.1:{etcd_client}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{etcd_client}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{etcd_peer}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{etcd_peer}",
-                "--initial-cluster",
-                f"rollcheck=http://127.0.0.1:{etcd_peer}",
-                "--quota-backend-bytes",
-                str(2 * 1024**3),
-                "--unsafe-no-fsync",
-            ],
-        )
+        self.daemons.spawn("etcd", etcd_args(bins, self.dir / "etcd", etcd_client, etcd_peer))
         self.daemons.wait(
             lambda: (
                 http_get(f"http://127.0.0.1:{etcd_client}/health", timeout=1).status_code == 200
@@ -251,111 +229,18 @@ class ControlPlane:
             "etcd",
             timeout_s,
         )
-        self.daemons.spawn(
-            "kube-apiserver",
-            [
-                str(bins / "kube-apiserver"),
-                "--etcd-servers",
-                f"http://127.0.0.1:{etcd_client}",
-                "--bind-address",
-                "127.0.0.1",
-                "--advertise-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(self.api_port),
-                "--tls-cert-file",
-                str(pki["apiserver.crt"]),
-                "--tls-private-key-file",
-                str(pki["apiserver.key"]),
-                "--client-ca-file",
-                str(pki["ca.crt"]),
-                "--service-account-key-file",
-                str(pki["sa.pub"]),
-                "--service-account-signing-key-file",
-                str(pki["sa.key"]),
-                "--service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local",
-                "--authorization-mode",
-                "Node,RBAC",
-                "--service-cluster-ip-range",
-                "10.96.0.0/16",
-                "--allow-privileged=true",
-                "--enable-priority-and-fairness=false",
-                "--endpoint-reconciler-type",
-                "none",
-                # pods/log, exec and the pods proxy: the kubelet at the node's InternalIP
-                "--kubelet-preferred-address-types",
-                "InternalIP",
-                "--kubelet-client-certificate",
-                str(pki["admin.crt"]),
-                "--kubelet-client-key",
-                str(pki["admin.key"]),
-                # the aggregation layer, for extension API servers such as KEDA's metrics
-                # API server; routed to the Service's endpoints (there is no kube-proxy)
-                "--requestheader-client-ca-file",
-                str(pki["ca.crt"]),
-                "--requestheader-allowed-names",
-                "front-proxy-client",
-                "--requestheader-username-headers",
-                "X-Remote-User",
-                "--requestheader-group-headers",
-                "X-Remote-Group",
-                "--requestheader-extra-headers-prefix",
-                "X-Remote-Extra-",
-                "--proxy-client-cert-file",
-                str(pki["front-proxy.crt"]),
-                "--proxy-client-key-file",
-                str(pki["front-proxy.key"]),
-                "--enable-aggregator-routing=true",
-            ],
-        )
+        self.daemons.spawn("kube-apiserver", apiserver_args(bins, pki, etcd_client, self.api_port))
         # one TLS context for every poll: building one loads certificates (harness.client)
         admin_tls = ssl.create_default_context(cafile=str(pki["ca.crt"]))
         admin_tls.load_cert_chain(str(pki["admin.crt"]), str(pki["admin.key"]))
         self.daemons.wait(lambda: self._api_ready(admin_tls), "kube-apiserver", timeout_s)
         self.timings["api_ready_s"] = time.monotonic() - t1
-
-        # Both controllers serve on loopback and authenticate callers with the admin config.
-        def common() -> list[str]:
-            kc = str(self.kubeconfig)
-            return [
-                "--kubeconfig",
-                kc,
-                "--leader-elect=false",
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-                "--authentication-kubeconfig",
-                kc,
-                "--authorization-kubeconfig",
-                kc,
-            ]
-
         self.daemons.spawn(
-            "kube-controller-manager",
-            [
-                str(bins / "kube-controller-manager"),
-                *common(),
-                "--service-account-private-key-file",
-                str(pki["sa.key"]),
-                "--root-ca-file",
-                str(pki["ca.crt"]),
-                "--use-service-account-credentials=false",
-                "--controllers",
-                "*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
-                "--node-monitor-grace-period",
-                "40s",
-                "--concurrent-deployment-syncs",
-                "5",
-            ],
+            "kube-controller-manager", controller_manager_args(bins, pki, self.kubeconfig)
         )
         self.daemons.spawn(
             "kube-scheduler",
-            [
-                str(bins / "kube-scheduler"),
-                *common(),
-            ],
+            [str(bins / "kube-scheduler"), *controller_common(self.kubeconfig)],
         )
         self.timings["start_s"] = time.monotonic() - t0
         return self
@@ -371,3 +256,123 @@ class ControlPlane:
 
     def stop(self) -> None:
         self.daemons.stop()
+
+
+# --- the control plane's command lines ---------------------------------------------------
+
+
+def etcd_args(bins: Path, data_dir: Path, etcd_client: int, etcd_peer: int) -> list[str]:
+    return [
+        str(bins / "etcd"),
+        "--name",
+        "rollcheck",
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        f"http://127.0.0.1:{etcd_client}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{etcd_client}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{etcd_peer}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{etcd_peer}",
+        "--initial-cluster",
+        f"rollcheck=http://127.0.0.1:{etcd_peer}",
+        "--quota-backend-bytes",
+        str(2 * 1024**3),
+        "--unsafe-no-fsync",
+    ]
+
+
+def apiserver_args(bins: Path, pki: dict, etcd_client: int, api_port: int) -> list[str]:
+    return [
+        str(bins / "kube-apiserver"),
+        "--etcd-servers",
+        f"http://127.0.0.1:{etcd_client}",
+        "--bind-address",
+        "127.0.0.1",
+        "--advertise-address",
+        "127.0.0.1",
+        "--secure-port",
+        str(api_port),
+        "--tls-cert-file",
+        str(pki["apiserver.crt"]),
+        "--tls-private-key-file",
+        str(pki["apiserver.key"]),
+        "--client-ca-file",
+        str(pki["ca.crt"]),
+        "--service-account-key-file",
+        str(pki["sa.pub"]),
+        "--service-account-signing-key-file",
+        str(pki["sa.key"]),
+        "--service-account-issuer",
+        "https://kubernetes.default.svc.cluster.local",
+        "--authorization-mode",
+        "Node,RBAC",
+        "--service-cluster-ip-range",
+        "10.96.0.0/16",
+        "--allow-privileged=true",
+        "--enable-priority-and-fairness=false",
+        "--endpoint-reconciler-type",
+        "none",
+        # pods/log, exec and the pods proxy: the kubelet at the node's InternalIP
+        "--kubelet-preferred-address-types",
+        "InternalIP",
+        "--kubelet-client-certificate",
+        str(pki["admin.crt"]),
+        "--kubelet-client-key",
+        str(pki["admin.key"]),
+        # the aggregation layer, for extension API servers such as KEDA's metrics
+        # API server; routed to the Service's endpoints (there is no kube-proxy)
+        "--requestheader-client-ca-file",
+        str(pki["ca.crt"]),
+        "--requestheader-allowed-names",
+        "front-proxy-client",
+        "--requestheader-username-headers",
+        "X-Remote-User",
+        "--requestheader-group-headers",
+        "X-Remote-Group",
+        "--requestheader-extra-headers-prefix",
+        "X-Remote-Extra-",
+        "--proxy-client-cert-file",
+        str(pki["front-proxy.crt"]),
+        "--proxy-client-key-file",
+        str(pki["front-proxy.key"]),
+        "--enable-aggregator-routing=true",
+    ]
+
+
+def controller_common(kubeconfig: Path) -> list[str]:
+    """Both controllers serve on loopback and authenticate callers with the admin config."""
+    kc = str(kubeconfig)
+    return [
+        "--kubeconfig",
+        kc,
+        "--leader-elect=false",
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        str(free_port()),
+        "--authentication-kubeconfig",
+        kc,
+        "--authorization-kubeconfig",
+        kc,
+    ]
+
+
+def controller_manager_args(bins: Path, pki: dict, kubeconfig: Path) -> list[str]:
+    return [
+        str(bins / "kube-controller-manager"),
+        *controller_common(kubeconfig),
+        "--service-account-private-key-file",
+        str(pki["sa.key"]),
+        "--root-ca-file",
+        str(pki["ca.crt"]),
+        "--use-service-account-credentials=false",
+        "--controllers",
+        "*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+        "--node-monitor-grace-period",
+        "40s",
+        "--concurrent-deployment-syncs",
+        "5",
+    ]

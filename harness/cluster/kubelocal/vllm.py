@@ -63,45 +63,8 @@ def vllm_objects(
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "OMP_NUM_THREADS": "1",
     }
-    read_only = {"venv": venv, "model": model_dir, "usr": Path("/usr")}
-    mounts = [{"name": k, "mountPath": str(p), "readOnly": True} for k, p in read_only.items()]
-    mounts += [
-        {"name": "caches", "mountPath": "/caches"},
-        {"name": "home", "mountPath": "/home/engine"},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "shm", "mountPath": "/dev/shm"},
-    ]
-    volumes = [{"name": k, "hostPath": {"path": str(p)}} for k, p in read_only.items()]
-    volumes += [
-        {"name": "caches", "hostPath": {"path": str(caches), "type": "DirectoryOrCreate"}},
-        {"name": "home", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
-    ]
-    # /health is answered by the API server's event loop, which also streams every answer:
-    # beside a replacement's start it once took over 2 s, and a readiness that failed at
-    # one slow answer took the only serving pod out of the Service during a drain (CI: 10
-    # requests got 503 "no ready endpoints" in 0.1 s). Readiness as deploy/vllm has it:
-    # out after several missed answers, not one.
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
-    container = {
-        "name": "vllm",
-        "image": f"{IMAGE}:v1",
-        "command": command,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "ports": [{"name": "http", "containerPort": PORT}],
-        "resources": {
-            "requests": {"cpu": "1", "memory": "2Gi"},
-            "limits": {"nvidia.com/gpu": "1"},
-        },
-        # start-up: about a minute here, minutes on a cold compile cache; the harness's
-        # own waits follow the engine, so the kubelet's bound is generous
-        "startupProbe": probe | {"periodSeconds": 1, "failureThreshold": 1200},
-        "readinessProbe": probe | {"periodSeconds": 1, "failureThreshold": 3},
-        "livenessProbe": probe | {"periodSeconds": 5, "failureThreshold": 6},
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", f"{prestop_s:g}"]}}},
-        "volumeMounts": mounts,
-    }
+    mounts, volumes = _engine_volumes(venv, model_dir, caches)
+    container = _engine_container(command, env, mounts, prestop_s)
     labels = {"app": name}
     deployment = {
         "apiVersion": "apps/v1",
@@ -128,6 +91,59 @@ def vllm_objects(
             },
         },
     }
+    return [deployment, *_service_and_pdb(name, labels)]
+
+
+def _engine_volumes(venv: Path, model_dir: Path, caches: Path) -> tuple[list, list]:
+    """The engine container's mounts and the pod's volumes: the virtualenv, the model and
+    this machine's /usr read-only, the compile caches on the host, the rest empty."""
+    read_only = {"venv": venv, "model": model_dir, "usr": Path("/usr")}
+    mounts = [{"name": k, "mountPath": str(p), "readOnly": True} for k, p in read_only.items()]
+    mounts += [
+        {"name": "caches", "mountPath": "/caches"},
+        {"name": "home", "mountPath": "/home/engine"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    volumes = [{"name": k, "hostPath": {"path": str(p)}} for k, p in read_only.items()]
+    volumes += [
+        {"name": "caches", "hostPath": {"path": str(caches), "type": "DirectoryOrCreate"}},
+        {"name": "home", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+    ]
+    return mounts, volumes
+
+
+def _engine_container(command: list[str], env: dict, mounts: list, prestop_s: float) -> dict:
+    # /health is answered by the API server's event loop, which also streams every answer:
+    # beside a replacement's start it once took over 2 s, and a readiness that failed at
+    # one slow answer took the only serving pod out of the Service during a drain (CI: 10
+    # requests got 503 "no ready endpoints" in 0.1 s). Readiness as deploy/vllm has it:
+    # out after several missed answers, not one.
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
+    container = {
+        "name": "vllm",
+        "image": f"{IMAGE}:v1",
+        "command": command,
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "resources": {
+            "requests": {"cpu": "1", "memory": "2Gi"},
+            "limits": {"nvidia.com/gpu": "1"},
+        },
+        # start-up: about a minute here, minutes on a cold compile cache; the harness's
+        # own waits follow the engine, so the kubelet's bound is generous
+        "startupProbe": probe | {"periodSeconds": 1, "failureThreshold": 1200},
+        "readinessProbe": probe | {"periodSeconds": 1, "failureThreshold": 3},
+        "livenessProbe": probe | {"periodSeconds": 5, "failureThreshold": 6},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", f"{prestop_s:g}"]}}},
+        "volumeMounts": mounts,
+    }
+    return container
+
+
+def _service_and_pdb(name: str, labels: dict) -> list[dict]:
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -143,4 +159,4 @@ def vllm_objects(
         "metadata": {"name": name},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
     }
-    return [deployment, service, pdb]
+    return [service, pdb]
