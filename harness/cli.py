@@ -343,48 +343,49 @@ def _canary(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="write canary.json into this folder")
     _add_api_key(p)
 
-    def run(ns: argparse.Namespace) -> int:
-        import json as _json
+    p.set_defaults(func=_run_canary)
 
-        from harness import canary
-        from harness.files import write_atomic
 
-        for name in ("baseline", "candidate"):
-            if not getattr(ns, name).startswith(("http://", "https://")):
-                raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
-        if not 0 <= ns.min_agreement <= 1:
-            raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
-        _positive_seconds(ns, "stall_timeout")
-        if ns.concurrency < 1:
-            raise UsageError("--concurrency must be at least 1")
-        _check_api_key(ns)
-        headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
-        try:
-            prompts = canary.load_prompts(ns.prompts)
-        except canary.CanaryInputError as exc:
-            raise UsageError(str(exc)) from None
-        answers = [
-            canary.ask(
-                url,
-                prompts,
-                ns.model,
-                headers=headers,
-                stall_timeout_s=ns.stall_timeout,
-                concurrency=ns.concurrency,
-            )
-            for url in (ns.baseline, ns.candidate)
-        ]
-        result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)
-        print(canary.format_table(result))
-        if ns.out:
-            ns.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(ns.out / "canary.json", _json.dumps(result.to_dict(), indent=2) + "\n")
-            print(f"result: {ns.out / 'canary.json'}")
-        if result.status == "inconclusive":
-            raise UsageError(f"{ns.baseline}: {result.reasons[0]}")
-        return 0 if result.status == "pass" else 1
+def _run_canary(ns: argparse.Namespace) -> int:
+    import json as _json
 
-    p.set_defaults(func=run)
+    from harness import canary
+    from harness.files import write_atomic
+
+    for name in ("baseline", "candidate"):
+        if not getattr(ns, name).startswith(("http://", "https://")):
+            raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
+    if not 0 <= ns.min_agreement <= 1:
+        raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
+    _positive_seconds(ns, "stall_timeout")
+    if ns.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    _check_api_key(ns)
+    headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
+    try:
+        prompts = canary.load_prompts(ns.prompts)
+    except canary.CanaryInputError as exc:
+        raise UsageError(str(exc)) from None
+    answers = [
+        canary.ask(
+            url,
+            prompts,
+            ns.model,
+            headers=headers,
+            stall_timeout_s=ns.stall_timeout,
+            concurrency=ns.concurrency,
+        )
+        for url in (ns.baseline, ns.candidate)
+    ]
+    result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)
+    print(canary.format_table(result))
+    if ns.out:
+        ns.out.mkdir(parents=True, exist_ok=True)
+        write_atomic(ns.out / "canary.json", _json.dumps(result.to_dict(), indent=2) + "\n")
+        print(f"result: {ns.out / 'canary.json'}")
+    if result.status == "inconclusive":
+        raise UsageError(f"{ns.baseline}: {result.reasons[0]}")
+    return 0 if result.status == "pass" else 1
 
 
 def _report(sub: argparse._SubParsersAction) -> None:
@@ -515,53 +516,54 @@ def _lint(sub: argparse._SubParsersAction) -> None:
         help="longest answer the service must finish; the grace period must cover it",
     )
 
-    def run(ns: argparse.Namespace) -> int:
-        import json as _json
+    p.set_defaults(func=_run_lint)
 
-        from harness import lint
 
-        if ns.rules:
-            print(lint.format_rules())
-            return 0
-        if not ns.paths:
-            raise UsageError("lint: give YAML files or folders to check (- reads stdin)")
+def _run_lint(ns: argparse.Namespace) -> int:
+    import json as _json
 
-        def ids(given: list[str]) -> list[str]:
-            return [i for g in given for i in g.split(",")]
+    from harness import lint
 
-        try:
-            rules = lint.select_rules(ids(ns.select), ids(ns.ignore))
-        except lint.LintInputError as exc:
-            raise UsageError(str(exc)) from None
-        for name in ("min_startup_s", "longest_silence_s", "longest_answer_s"):
-            value = getattr(ns, name)
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise UsageError(
-                    f"--{name.replace('_', '-')} must be a finite number of seconds, "
-                    f"not negative ({value:g})"
-                )
-        opts = lint.LintOptions(
-            min_startup_s=ns.min_startup_s,
-            gpu_quota=ns.gpu_quota,
-            longest_silence_s=ns.longest_silence_s,
-            longest_answer_s=ns.longest_answer_s,
-        )
-        opts.engine_images += ns.engine_image
-        opts.engine_commands += ns.engine_command
-        try:
-            findings = lint.lint(lint.load_manifests(ns.paths), opts, rules)
-        except lint.LintInputError as exc:
-            raise UsageError(str(exc)) from None
-        if ns.format == "json":
-            print(_json.dumps([f.to_dict() for f in findings], indent=2))
-        elif ns.format == "github":
-            if findings:
-                print(lint.format_github(findings))
-        else:
-            print(lint.format_text(findings))
-        return lint.exit_code(findings, ns.fail_on)
+    if ns.rules:
+        print(lint.format_rules())
+        return 0
+    if not ns.paths:
+        raise UsageError("lint: give YAML files or folders to check (- reads stdin)")
 
-    p.set_defaults(func=run)
+    def ids(given: list[str]) -> list[str]:
+        return [i for g in given for i in g.split(",")]
+
+    try:
+        rules = lint.select_rules(ids(ns.select), ids(ns.ignore))
+    except lint.LintInputError as exc:
+        raise UsageError(str(exc)) from None
+    for name in ("min_startup_s", "longest_silence_s", "longest_answer_s"):
+        value = getattr(ns, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be a finite number of seconds, "
+                f"not negative ({value:g})"
+            )
+    opts = lint.LintOptions(
+        min_startup_s=ns.min_startup_s,
+        gpu_quota=ns.gpu_quota,
+        longest_silence_s=ns.longest_silence_s,
+        longest_answer_s=ns.longest_answer_s,
+    )
+    opts.engine_images += ns.engine_image
+    opts.engine_commands += ns.engine_command
+    try:
+        findings = lint.lint(lint.load_manifests(ns.paths), opts, rules)
+    except lint.LintInputError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.format == "json":
+        print(_json.dumps([f.to_dict() for f in findings], indent=2))
+    elif ns.format == "github":
+        if findings:
+            print(lint.format_github(findings))
+    else:
+        print(lint.format_text(findings))
+    return lint.exit_code(findings, ns.fail_on)
 
 
 def _plan(sub: argparse._SubParsersAction) -> None:
@@ -682,47 +684,48 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         help="the vllm pods' --shutdown-timeout (default 0, vLLM's own: abort at SIGTERM)",
     )
 
-    def run(ns: argparse.Namespace) -> int:
+    p.set_defaults(func=_run_kube_local)
 
-        from harness.cluster.kubelocal import (
-            ControlPlaneError,
-            ImageError,
-            KubeLocal,
-            NodeError,
-            ScalersError,
-        )
-        from harness.engines.vllm import EngineUnavailable
 
-        run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
-        kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node, with_scalers=ns.with_scalers)
-        try:
-            kl.start()
-            for path in ns.apply:
-                kl.apply(path, ns.namespace)
-            print(f"kubeconfig: {kl.kubeconfig.resolve()}", flush=True)
-            print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
-            if kl.scalers is not None:
-                print(
-                    f"prometheus: {kl.scalers.prometheus_url} (KEDA's triggers' serverAddress)",
-                    flush=True,
-                )
-                print("keda: operator and metrics API server (external.metrics.k8s.io)", flush=True)
-            if ns.service:
-                print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
-            if ns.vllm:
-                _kube_local_vllm(kl, ns.namespace, ns.vllm_shutdown_timeout)
-            print("Ctrl-C stops the control plane and every pod", flush=True)
-            while True:
-                time.sleep(1)
-        except (ControlPlaneError, ImageError, NodeError, ScalersError, EngineUnavailable) as exc:
-            raise UsageError(str(exc)) from None
-        except KeyboardInterrupt as exc:
-            print("stopping: control plane and pods", flush=True)
-            return exit_code(exc, ctrl_c=0)
-        finally:
-            kl.stop()
+def _run_kube_local(ns: argparse.Namespace) -> int:
 
-    p.set_defaults(func=run)
+    from harness.cluster.kubelocal import (
+        ControlPlaneError,
+        ImageError,
+        KubeLocal,
+        NodeError,
+        ScalersError,
+    )
+    from harness.engines.vllm import EngineUnavailable
+
+    run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
+    kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node, with_scalers=ns.with_scalers)
+    try:
+        kl.start()
+        for path in ns.apply:
+            kl.apply(path, ns.namespace)
+        print(f"kubeconfig: {kl.kubeconfig.resolve()}", flush=True)
+        print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
+        if kl.scalers is not None:
+            print(
+                f"prometheus: {kl.scalers.prometheus_url} (KEDA's triggers' serverAddress)",
+                flush=True,
+            )
+            print("keda: operator and metrics API server (external.metrics.k8s.io)", flush=True)
+        if ns.service:
+            print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
+        if ns.vllm:
+            _kube_local_vllm(kl, ns.namespace, ns.vllm_shutdown_timeout)
+        print("Ctrl-C stops the control plane and every pod", flush=True)
+        while True:
+            time.sleep(1)
+    except (ControlPlaneError, ImageError, NodeError, ScalersError, EngineUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt as exc:
+        print("stopping: control plane and pods", flush=True)
+        return exit_code(exc, ctrl_c=0)
+    finally:
+        kl.stop()
 
 
 def _kube_local_vllm(kl, namespace: str, shutdown_timeout_s: float) -> None:

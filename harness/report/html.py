@@ -613,8 +613,18 @@ def _timeline_svg(
     out: list[str] = []
     y = _pod_lane(out, spans, x, lo, hi, t0, 20, _version_colors(spans, records))
     pods_bottom = y
-    # lane 2: streams in flight
-    y += 16
+    y = _in_flight_lane(out, records, x, lo, t0, y + 16)
+    drawn = _sample(records)
+    y = _streams_lane(out, records, drawn, x, t0, y)
+    y = _ttft_lane(out, drawn, x, t0, y, slo)
+    out.append(
+        f"<line x1={LEFT} x2={W - RIGHT} y1={pods_bottom + 4} y2={pods_bottom + 4} stroke=#eee/>"
+    )
+    return _finish_svg("timeline", out, events, x, lo, hi, t0, y)
+
+
+def _in_flight_lane(out: list[str], records, x: _Scale, lo: float, t0: float, y: float) -> float:
+    """The streams in flight over time; returns the next lane's top."""
     h2 = 60
     out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>in flight</text>")
     edges = sorted(
@@ -635,14 +645,17 @@ def _timeline_svg(
         + "'/>"
     )
     out.append(f"<text x={LEFT - 4} y={y + 8} font-size=10 text-anchor=end>{peak}</text>")
-    y += h2 + 20
-    # lane 3: each stream at its start, height = duration, coloured by outcome
+    return y + h2 + 20
+
+
+def _streams_lane(out: list[str], records, drawn, x: _Scale, t0: float, y: float) -> float:
+    """Each stream at its start, height = duration, coloured by outcome (drawn: the
+    sample drawn; the scale is every record's)."""
     h3 = 120
     out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>streams</text>")
     out.append(f"<text x=8 y={y + 24} font-size=10>(start, duration)</text>")
     dmax = max((r.duration_s for r in records), default=1.0)
     yd = _Scale(0, dmax, y + h3, y)
-    drawn = _sample(records)
     for r in drawn:
         out.append(
             f"<circle cx={x(r.sent_at - t0)} cy={yd(r.duration_s)} r={3 if r.broken else 1.6} "
@@ -650,8 +663,11 @@ def _timeline_svg(
             f"{_e(r.pod)}</title></circle>"
         )
     out.append(f"<text x={LEFT - 4} y={y + 8} font-size=10 text-anchor=end>{dmax:.1f} s</text>")
-    y += h3 + 20
-    # lane 4: TTFT against the SLO
+    return y + h3 + 20
+
+
+def _ttft_lane(out: list[str], drawn, x: _Scale, t0: float, y: float, slo) -> float:
+    """Each stream's TTFT against the SLO."""
     h4 = 100
     out.append(f"<text x=8 y={y + 10} font-size=12 font-weight=600>TTFT</text>")
     ttfts = [r for r in drawn if r.ttft_s is not None]
@@ -672,11 +688,7 @@ def _timeline_svg(
             f"<circle cx={x(r.sent_at - t0)} cy={yt(r.ttft_s)} r=1.6 "
             f"fill={'#c62828' if 'ttft_slo_breach' in r.flags else '#1565c0'}/>"
         )
-    y += h4 + 10
-    out.append(
-        f"<line x1={LEFT} x2={W - RIGHT} y1={pods_bottom + 4} y2={pods_bottom + 4} stroke=#eee/>"
-    )
-    return _finish_svg("timeline", out, events, x, lo, hi, t0, y)
+    return y + h4 + 10
 
 
 def _finish_svg(
