@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.errors import RollcheckError
+from harness.verdict import Status
 
 MODES = ("same", "new")
 # new weights: how far the candidate may stray from the baseline before it fails
@@ -229,7 +230,7 @@ class PromptResult:
 @dataclass
 class CanaryResult:
     mode: str
-    status: str  # pass, fail, inconclusive
+    status: Status  # pass, fail, inconclusive
     observed: str
     expected: str
     reasons: list[str]
@@ -309,7 +310,7 @@ def compare(
         why = f" (first: {first.outcome}: {(first.error or '')[:200]})" if first else ""
         return CanaryResult(
             mode,
-            "inconclusive",
+            Status.INCONCLUSIVE,
             "no baseline answer",
             "baseline answers to compare with",
             [f"the baseline answered none of the prompts{why}: check its URL and model name"],
@@ -341,7 +342,7 @@ def compare(
         )
         expected = "the baseline's distribution"
         reasons += _distribution_reasons(bp, cp, judged, by_id)
-    status = "fail" if reasons else "pass"
+    status = Status.FAIL if reasons else Status.PASS
     return CanaryResult(
         mode, status, observed, expected, reasons, rows, bp, cp, round(agreement, 4)
     )

@@ -35,6 +35,41 @@ from harness.verdict import (
     skipped,
 )
 
+__all__ = [
+    "ENGINE_CORE_ERROR",
+    "SHUTDOWN_500",
+    "accounting",
+    "broken",
+    "canary_answers",
+    "capacity_floor_for",
+    "check_accounting",
+    "check_all_complete",
+    "check_ttft_slo",
+    "engine_counts_agree",
+    "gateway_clean",
+    "goodput",
+    "health_during_drain",
+    "hint_for_outcomes",
+    "in_flight_streams_finish",
+    "itl_slo_budget",
+    "killed_streams_fail_fast",
+    "long_answer_finishes",
+    "long_answer_survives_scale_down",
+    "no_abort_after_sigterm",
+    "no_broken_streams",
+    "no_hung_streams",
+    "other_pods_untouched",
+    "recovery_time",
+    "rollout_duration_for",
+    "scaled_to_zero",
+    "scaler_did_not_fight",
+    "shared_checks",
+    "slo_budget_for",
+    "starts_without_restarts",
+    "ttft_recovers_after_step",
+    "ttft_slo_budget",
+]
+
 ENGINE_CORE_ERROR = "EngineCore encountered an issue"
 SHUTDOWN_500 = "cannot schedule new futures after shutdown"
 
@@ -43,21 +78,21 @@ SHUTDOWN_500 = "cannot schedule new futures after shutdown"
 # vLLM 0.32, measured (docs/facts.md, benchmarks/bench_engine_sigterm.py): at SIGTERM with
 # its default --shutdown-timeout 0 every stream still open ends in one of three ways, and
 # which one is a race; at the end of a drain shorter than the answers, in one of two
-SIGTERM_RACE = (
+_SIGTERM_RACE = (
     "vLLM 0.32 with its default --shutdown-timeout 0 ends every stream still open at "
     "SIGTERM in one of three ways, a race: finish_reason abort + [DONE], the in-stream "
     "error 'EngineCore encountered an issue' + [DONE], or a hang (no more bytes, the socket "
     "held until the client gives up or SIGKILL); streams still open when a shorter drain "
     "ends get the error or the hang"
 )
-DRAIN_FIX = (
+_DRAIN_FIX = (
     "Set the engine's --shutdown-timeout to about the p99 answer time and "
     "terminationGracePeriodSeconds above preStop + that timeout"
 )
 
-HINTS = {
+_HINTS = {
     Outcome.ABORTED: "streams ended with finish_reason abort + [DONE]: the engine aborted "
-    f"them. {SIGTERM_RACE}. {DRAIN_FIX}",
+    f"them. {_SIGTERM_RACE}. {_DRAIN_FIX}",
     Outcome.TRUNCATED: "streams closed with neither finish_reason nor [DONE]: an engine older "
     "than vLLM v0.18 exits on SIGTERM without telling clients; upgrade, or drain with preStop",
     Outcome.MISSING_DONE: "a finish_reason arrived but no [DONE]: a proxy or the engine closed "
@@ -66,8 +101,8 @@ HINTS = {
     "deadline, OOM, crash) or the gateway cut the upstream; raise "
     "terminationGracePeriodSeconds above preStop + the engine's shutdown timeout",
     Outcome.HUNG: "streams stopped without an error and the client had to give up: an engine "
-    f"that stopped without closing its streams, or a frozen one. {SIGTERM_RACE}. "
-    f"{DRAIN_FIX}, and give clients a stall timeout",
+    f"that stopped without closing its streams, or a frozen one. {_SIGTERM_RACE}. "
+    f"{_DRAIN_FIX}, and give clients a stall timeout",
     Outcome.ERROR_EVENT: "the engine sent an error object inside the stream (followed by [DONE]); "
     "a checker that only looks for [DONE] would call these successes",
     Outcome.HTTP_ERROR: "requests got a non-2xx status: no ready endpoint (503), the gateway "
@@ -77,11 +112,11 @@ HINTS = {
     Outcome.NOT_SSE: "2xx responses that were not a parseable event stream",
 }
 
-ENGINE_CORE_HINT = (
+_ENGINE_CORE_HINT = (
     "streams got the in-stream error 'EngineCore encountered an issue': the engine core "
-    f"was stopped under them. {SIGTERM_RACE}. {DRAIN_FIX}"
+    f"was stopped under them. {_SIGTERM_RACE}. {_DRAIN_FIX}"
 )
-DRAIN_500_HINT = (
+_DRAIN_500_HINT = (
     "new requests reached an engine that was already draining and got HTTP 500 'cannot "
     "schedule new futures after shutdown' (vLLM refuses new work during its drain while "
     "/health stays 200): the gateway still routed to the pod after SIGTERM. Add a preStop "
@@ -93,14 +128,14 @@ DRAIN_500_HINT = (
 def hint_for_outcomes(bad: Sequence[StreamRecord]) -> str:
     """The hint for the most common way these streams broke."""
     if any(ENGINE_CORE_ERROR in (r.error or "") for r in bad):
-        return ENGINE_CORE_HINT
+        return _ENGINE_CORE_HINT
     if any(r.status == 500 and SHUTDOWN_500 in (r.error or "") for r in bad):
-        return DRAIN_500_HINT
+        return _DRAIN_500_HINT
     counts: dict[str, int] = {}
     for r in bad:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
     worst = max(counts, key=counts.get)
-    return HINTS.get(Outcome(worst), worst)
+    return _HINTS.get(Outcome(worst), worst)
 
 
 def broken(records: Sequence[StreamRecord]) -> list[StreamRecord]:
@@ -142,14 +177,18 @@ def check_accounting(sent: int, records: Sequence[StreamRecord], outcome_total: 
     observed = {"sent": sent, "records": len(records), "outcomes": outcome_total, "dupes": dupes}
     expected = "sent = records = outcomes, no duplicate request ids"
     if not sent and not records:
-        return inconclusive("accounting", expected, "no request was sent", observed)
+        return inconclusive(
+            "accounting", expected=expected, reason="no request was sent", observed=observed
+        )
     if sent == len(records) == outcome_total and dupes == 0:
-        return passed("accounting", observed, expected, f"{sent} requests sent")
+        return passed(
+            "accounting", observed=observed, expected=expected, population=f"{sent} requests sent"
+        )
     return failed(
         "accounting",
-        observed,
-        expected,
-        f"{sent} requests sent",
+        observed=observed,
+        expected=expected,
+        population=f"{sent} requests sent",
         hint="records were lost or duplicated: a harness bug, please report it",
     )
 
@@ -185,13 +224,13 @@ def no_hung_streams(d: RunData) -> CheckResult:
         d.records,
         bad,
         "streams in the run",
-        hint=HINTS[Outcome.HUNG],
+        hint=_HINTS[Outcome.HUNG],
         empty="no request was sent",
     )
 
 
-GATEWAY_BAD = (499, 502, 504)
-DEAD_POD_HINT = (
+_GATEWAY_BAD = (499, 502, 504)
+_DEAD_POD_HINT = (
     "requests reached the killed pod after it was dead: the gateway still routed to it "
     "until its endpoint went (readiness period + endpoint propagation), and had no other "
     "upstream to retry on. Keep a second replica, and let the gateway retry a refused "
@@ -205,15 +244,15 @@ def gateway_clean(d: RunData) -> CheckResult:
     if d.gateway_logs is None:
         return skipped(
             "gateway_clean",
-            expected,
-            "no gateway logs: set kube.gateway_log_files or kube.gateway_pods_selector to "
+            expected=expected,
+            reason="no gateway logs: set kube.gateway_log_files or kube.gateway_pods_selector to "
             "judge 499s, 502s and upstreams closed mid-response",
         )
     if not d.access:
         return inconclusive(
             "gateway_clean",
-            expected,
-            f"the gateway logs ({d.gateway_logs}) hold no line with this run's request ids"
+            expected=expected,
+            reason=f"the gateway logs ({d.gateway_logs}) hold no line with this run's request ids"
             + (
                 f"; first unparsed line: {d.first_unparsed_line!r}" if d.first_unparsed_line else ""
             ),
@@ -226,14 +265,14 @@ def gateway_clean(d: RunData) -> CheckResult:
         theirs = {r.request_id for r in d.records if d.struck(r)}
         lines = [a for a in lines if a.request_id not in theirs]
         population += f", {len(d.access) - len(lines)} of them cut by the kill left out"
-    observed = {str(s): sum(a.status == s for a in lines) for s in GATEWAY_BAD}
+    observed = {str(s): sum(a.status == s for a in lines) for s in _GATEWAY_BAD}
     premature = [a for a in lines if any("prematurely closed" in e for e in a.errors)]
     observed["upstream_prematurely_closed"] = len(premature)
-    bad = [a for a in lines if a.status in GATEWAY_BAD or a in premature]
+    bad = [a for a in lines if a.status in _GATEWAY_BAD or a in premature]
     if not bad:
-        return passed("gateway_clean", observed, expected, population)
+        return passed("gateway_clean", observed=observed, expected=expected, population=population)
     if d.expect_broken_on_victims and observed["502"] and not premature:
-        hint = DEAD_POD_HINT  # pod_kill: the streams the kill cut are left out already
+        hint = _DEAD_POD_HINT  # pod_kill: the streams the kill cut are left out already
     elif premature or observed["502"]:
         hint = (
             "the gateway saw upstreams die mid-response (502 / prematurely closed): pods were "
@@ -251,11 +290,11 @@ def gateway_clean(d: RunData) -> CheckResult:
         hint = "the gateway timed out (504): proxy-read-timeout shorter than the longest silence"
     return failed(
         "gateway_clean",
-        observed,
-        expected,
-        population,
-        [a.request_id for a in bad if a.request_id],
-        hint,
+        observed=observed,
+        expected=expected,
+        population=population,
+        bad=[a.request_id for a in bad if a.request_id],
+        hint=hint,
     )
 
 
@@ -321,7 +360,7 @@ def slo_budget_for(
         budgets = d.slo_budgets.get(kind) or {}
         expected = {p: f"<= {budgets.get(p, 0):.0%} over {slo_s} s" for p in PHASES}
         if slo_s is None:
-            return skipped(name, expected, f"slo.{kind}_s is not set")
+            return skipped(name, expected=expected, reason=f"slo.{kind}_s is not set")
         by_phase = _slo_phases(d, kind, slo_s)
         cut = _cut_by_the_kill(d, slo_s) if kind == "ttft" else set()
         if cut:
@@ -353,19 +392,26 @@ def slo_budget_for(
             if pods:
                 where += f"; served by {', '.join(pods[:5])}"
             population = f"{judged_n} requests{left_out}"
-            return failed(name, observed, expected, population, bad, f"{where}. {hint}")
+            return failed(
+                name,
+                observed=observed,
+                expected=expected,
+                population=population,
+                bad=bad,
+                hint=f"{where}. {hint}",
+            )
         if not judged_n or empty:
             return inconclusive(
                 name,
-                expected,
-                f"no request was sent in the {' or '.join(empty) or 'scenario'} phase",
-                observed,
+                expected=expected,
+                reason=f"no request was sent in the {' or '.join(empty) or 'scenario'} phase",
+                observed=observed,
             )
         return passed(
             name,
-            observed,
-            expected,
-            f"{judged_n} requests in {', '.join(judged_phases)}{left_out}",
+            observed=observed,
+            expected=expected,
+            population=f"{judged_n} requests in {', '.join(judged_phases)}{left_out}",
         )
 
     check.__name__ = f"{kind}_slo_budget"
@@ -479,10 +525,14 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     """Streams in flight on each disturbed pod at its SIGTERM end normally."""
     name, expected = "in_flight_streams_finish", "every one ends normally"
     if not d.victims:
-        return inconclusive(name, expected, "no pod was named as the disruption's target")
+        return inconclusive(
+            name, expected=expected, reason="no pod was named as the disruption's target"
+        )
     traced, untraced, times = _in_flight_on_victims(d)
     if not times:
-        return inconclusive(name, expected, "the disruption was never observed on the victim")
+        return inconclusive(
+            name, expected=expected, reason="the disruption was never observed on the victim"
+        )
     hint_of = lambda bad: hint_for_outcomes(bad) if bad else None  # noqa: E731
     bad = broken(traced) + broken(untraced)
     victims = ", ".join(d.victims)
@@ -506,7 +556,14 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
         )
         return judged(name, untraced, bad, population, hint=hint_of(bad))
     if bad:
-        return failed(name, f"{len(bad)} broken", expected, "untraced streams", bad, hint_of(bad))
+        return failed(
+            name,
+            observed=f"{len(bad)} broken",
+            expected=expected,
+            population="untraced streams",
+            bad=bad,
+            hint=hint_of(bad),
+        )
     if d.any_traced and not untraced:
         deleted = {v: d.victim_time(v, ("terminating",)) for v in times}
         ended_first = [
@@ -518,16 +575,18 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
         if ended_first:
             return inconclusive(
                 name,
-                expected,
-                f"no stream was in flight on {victims} at its {at}: the {len(ended_first)} in "
+                expected=expected,
+                reason=f"no stream was in flight on {victims} at its {at}: the {len(ended_first)} in "
                 "flight at the eviction ended during preStop, before SIGTERM could touch "
                 "them; raise load.max_tokens so that answers outlast pod.prestop_s",
             )
-        return inconclusive(name, expected, f"no stream was in flight on {victims} at its {at}")
+        return inconclusive(
+            name, expected=expected, reason=f"no stream was in flight on {victims} at its {at}"
+        )
     return inconclusive(
         name,
-        expected,
-        "streams could not be attributed to pods (no gateway logs) and the victim's engine "
+        expected=expected,
+        reason="streams could not be attributed to pods (no gateway logs) and the victim's engine "
         f"metrics showed no stream running on {victims} before the disruption",
     )
 
@@ -538,7 +597,7 @@ def no_abort_after_sigterm(d: RunData) -> CheckResult:
     sigterms = {v: d.victim_time(v, ("sigterm",)) for v in d.victims}
     sigterms = {v: t for v, t in sigterms.items() if t is not None}
     if not sigterms:
-        return inconclusive(name, expected, "no SIGTERM was observed on the victim")
+        return inconclusive(name, expected=expected, reason="no SIGTERM was observed on the victim")
     windows = {}
     for v, t in sigterms.items():
         end = d.victim_time(v, ("exited", "pod_removed")) or d.t_end or t
@@ -577,9 +636,9 @@ def no_abort_after_sigterm(d: RunData) -> CheckResult:
     if not recs and others:
         return passed(
             name,
-            f"0 of {len(others)} reached a draining pod",
-            expected,
-            f"{len(others)} requests sent while {', '.join(sigterms)} drained, all served "
+            observed=f"0 of {len(others)} reached a draining pod",
+            expected=expected,
+            population=f"{len(others)} requests sent while {', '.join(sigterms)} drained, all served "
             "elsewhere",
         )
     return judged(
@@ -597,7 +656,7 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
     name = "killed_streams_fail_fast"
     expected = f"each ends within {d.stall_timeout_s + 1:g} s of the kill, none hung"
     if not d.victims or d.t_act is None:
-        return inconclusive(name, expected, "no pod was killed")
+        return inconclusive(name, expected=expected, reason="no pod was killed")
     hint = (
         "streams on the killed pod did not fail fast: the client waited for data that never came. "
         "Make the gateway's proxy_read_timeout shorter than clients' patience, or send SSE "
@@ -626,7 +685,7 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
             else "streams could not be attributed to pods and the victim's engine metrics "
             "showed no stream running before the kill"
         )
-        return inconclusive(name, expected, why)
+        return inconclusive(name, expected=expected, reason=why)
     # By count: the streams that broke at the kill are the victim's.
     killed = broken(in_flight_at(d.records, d.t_act))
     bad = [r for r in killed if slow(r)]
@@ -637,12 +696,21 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
     if not killed:
         return inconclusive(
             name,
-            expected,
-            f"the victim ran {metric} streams, but none of this run broke at the kill",
+            expected=expected,
+            reason=f"the victim ran {metric} streams, but none of this run broke at the kill",
         )
     if bad:
-        return failed(name, f"{len(bad)} of {len(killed)} slow", expected, population, bad, hint)
-    return passed(name, f"0 of {len(killed)} slow", expected, population)
+        return failed(
+            name,
+            observed=f"{len(bad)} of {len(killed)} slow",
+            expected=expected,
+            population=population,
+            bad=bad,
+            hint=hint,
+        )
+    return passed(
+        name, observed=f"0 of {len(killed)} slow", expected=expected, population=population
+    )
 
 
 def other_pods_untouched(d: RunData) -> CheckResult:
@@ -657,29 +725,29 @@ def other_pods_untouched(d: RunData) -> CheckResult:
         # untraced broken streams can be the victim's own, up to what it was running
         return failed(
             name,
-            f"{len(untraced_bad)} untraced broken streams",
-            f"<= {metric} (the victim's streams by its engine metrics)",
-            f"{len(d.records)} streams, judged by count",
-            untraced_bad,
-            "more streams broke than the killed pod was running: "
+            observed=f"{len(untraced_bad)} untraced broken streams",
+            expected=f"<= {metric} (the victim's streams by its engine metrics)",
+            population=f"{len(d.records)} streams, judged by count",
+            bad=untraced_bad,
+            hint="more streams broke than the killed pod was running: "
             + hint_for_outcomes(untraced_bad),
         )
     if others:
         hint = None
         if any(r.pod in d.victims for r in bad):
-            hint = DEAD_POD_HINT
+            hint = _DEAD_POD_HINT
         elif bad:
             hint = "streams on pods that were not disturbed broke: " + hint_for_outcomes(bad)
         return judged(name, others, bad, "streams the kill did not cut", hint=hint)
     if metric and not d.any_traced:
         return passed(
             name,
-            f"{len(untraced_bad)} broken",
-            f"<= {metric}",
-            f"{len(d.records)} untraced streams, judged by count (the victim ran {metric})",
+            observed=f"{len(untraced_bad)} broken",
+            expected=f"<= {metric}",
+            population=f"{len(d.records)} untraced streams, judged by count (the victim ran {metric})",
         )
     return inconclusive(
-        name, "0 broken", "no stream could be traced to a pod other than the victim"
+        name, expected="0 broken", reason="no stream could be traced to a pod other than the victim"
     )
 
 
@@ -702,18 +770,20 @@ def capacity_floor_for(max_unavailable: int) -> Callable[[RunData], CheckResult]
         if not caps:
             return inconclusive(
                 "capacity_floor",
-                f">= {floor}",
-                "no capacity events were observed during the disruption",
+                expected=f">= {floor}",
+                reason="no capacity events were observed during the disruption",
             )
         lowest = min(c["available"] for c in caps)
         population = f"{len(caps)} capacity changes during the disruption"
         if lowest >= floor:
-            return passed("capacity_floor", lowest, f">= {floor}", population)
+            return passed(
+                "capacity_floor", observed=lowest, expected=f">= {floor}", population=population
+            )
         return failed(
             "capacity_floor",
-            lowest,
-            f">= {floor}",
-            population,
+            observed=lowest,
+            expected=f">= {floor}",
+            population=population,
             hint="capacity fell below the rollout's floor: lower maxUnavailable, or raise "
             "maxSurge where spare GPUs exist",
         )
@@ -724,7 +794,7 @@ def capacity_floor_for(max_unavailable: int) -> Callable[[RunData], CheckResult]
 def recovery_time(d: RunData) -> CheckResult:
     expected = f"<= {d.recovery_budget_s} s"
     if d.t_act is None:
-        return inconclusive("recovery_time", expected, "no disruption was recorded")
+        return inconclusive("recovery_time", expected=expected, reason="no disruption was recorded")
     if d.t_recovered is None:
         why = [
             e.detail["why"]
@@ -733,9 +803,9 @@ def recovery_time(d: RunData) -> CheckResult:
         ]
         return failed(
             "recovery_time",
-            "did not recover",
-            expected,
-            "the target's replicas",
+            observed="did not recover",
+            expected=expected,
+            population="the target's replicas",
             hint=why[-1] if why else "the target never returned to its desired ready replicas",
         )
     took = round(d.t_recovered - d.t_act, 2)
@@ -749,12 +819,14 @@ def recovery_time(d: RunData) -> CheckResult:
             f"ready and served a complete stream at {served.t - d.t_act:+.2f} s"
         )
     if took <= d.recovery_budget_s:
-        return passed("recovery_time", f"{took} s", expected, population)
+        return passed(
+            "recovery_time", observed=f"{took} s", expected=expected, population=population
+        )
     return failed(
         "recovery_time",
-        f"{took} s",
-        expected,
-        population,
+        observed=f"{took} s",
+        expected=expected,
+        population=population,
         hint="recovery took too long: engine start time (weight loading) multiplies into every "
         "replacement; check the startupProbe and image/weight caching",
     )
@@ -770,21 +842,30 @@ def _long_answers(d: RunData, name: str, at: float | None, when: str, hint: str)
     if not taken_over:
         return inconclusive(
             name,
-            expected,
-            "no long answer was in flight when the scaler took over: raise load.long_answer_tokens",
+            expected=expected,
+            reason="no long answer was in flight when the scaler took over: raise load.long_answer_tokens",
         )
     bad = broken(taken_over)
     if at is None:
         if bad:
-            return failed(name, f"{len(bad)} broken", expected, "long answers", bad, hint)
-        return inconclusive(name, expected, f"the target never showed the scaler act ({when})")
+            return failed(
+                name,
+                observed=f"{len(bad)} broken",
+                expected=expected,
+                population="long answers",
+                bad=bad,
+                hint=hint,
+            )
+        return inconclusive(
+            name, expected=expected, reason=f"the target never showed the scaler act ({when})"
+        )
     met = [r for r in taken_over if r.ended_at > at or r in bad]
     if not met:
         first = max(taken_over, key=lambda r: r.ended_at)
         return inconclusive(
             name,
-            expected,
-            f"the answer ended {at - first.ended_at:.1f} s before {when}: raise "
+            expected=expected,
+            reason=f"the answer ended {at - first.ended_at:.1f} s before {when}: raise "
             "load.long_answer_tokens",
         )
     return judged(
@@ -857,18 +938,20 @@ def scaled_to_zero(d: RunData) -> CheckResult:
     if zero is not None:
         return passed(
             "scaled_to_zero",
-            f"0 pods at {zero.t - d.t_act:+.1f} s",
-            "zero pods once idle",
-            f"{len(caps)} pod-count changes",
+            observed=f"0 pods at {zero.t - d.t_act:+.1f} s",
+            expected="zero pods once idle",
+            population=f"{len(caps)} pod-count changes",
         )
     if d.t_act is None:
-        return inconclusive("scaled_to_zero", "zero pods once idle", "the scaler never took over")
+        return inconclusive(
+            "scaled_to_zero", expected="zero pods once idle", reason="the scaler never took over"
+        )
     fewest = min((e.detail.get("pods", 0) for e in caps), default=None)
     return failed(
         "scaled_to_zero",
-        f"fewest pods {fewest}" if fewest is not None else "pod count never changed",
-        "zero pods once idle",
-        f"{len(caps)} pod-count changes",
+        observed=f"fewest pods {fewest}" if fewest is not None else "pod count never changed",
+        expected="zero pods once idle",
+        population=f"{len(caps)} pod-count changes",
         hint="the replica was never scaled to zero within the recovery time",
     )
 
@@ -883,7 +966,7 @@ def engine_counts_agree(d: RunData) -> CheckResult:
     name, expected = "engine_counts_agree", "engine-side failures <= client records not complete"
     e = d.engine_counts
     if not e or not e.get("samples"):
-        return skipped(name, expected, "the engines' /metrics were not read")
+        return skipped(name, expected=expected, reason="the engines' /metrics were not read")
     finished = e.get("finished") or {}
     bad = {r: n for r, n in finished.items() if r not in ("stop", "length")}
     engine_bad, engine_all = sum(bad.values()), sum(finished.values())
@@ -896,19 +979,24 @@ def engine_counts_agree(d: RunData) -> CheckResult:
     if engine_all > d.sent:  # not judged: the other checks still are
         return skipped(
             name,
-            expected,
-            f"the engines ended {engine_all} requests and the load sent {d.sent}: other "
+            expected=expected,
+            reason=f"the engines ended {engine_all} requests and the load sent {d.sent}: other "
             "clients (or the harness's own requests, such as a canary's golden prompts) "
             "share these engines, so their endings cannot be matched to this run's",
         )
     if engine_bad <= client_bad:
-        return passed(name, f"{engine_bad} ended badly by the engines", expected, population)
+        return passed(
+            name,
+            observed=f"{engine_bad} ended badly by the engines",
+            expected=expected,
+            population=population,
+        )
     return failed(
         name,
-        f"the engines ended {engine_bad} badly ({', '.join(f'{r} {n}' for r, n in bad.items())}), "
+        observed=f"the engines ended {engine_bad} badly ({', '.join(f'{r} {n}' for r, n in bad.items())}), "
         f"the clients saw {client_bad} not complete",
-        expected,
-        population,
+        expected=expected,
+        population=population,
         hint="the engines aborted or errored requests that the client records show as "
         "complete or do not show at all: lost between the gateway and the client (a gateway "
         "that retried a request on another replica, or a proxy that closed a cut stream as "
@@ -925,7 +1013,12 @@ def scaler_did_not_fight(d: RunData) -> CheckResult:
     fights = [e for e in d.events if e.kind == "scaler_fought"]
     scalers = next((e.detail.get("names") for e in d.events if e.kind == "workload_scalers"), [])
     if not fights:
-        return passed(name, "no fight", expected, f"replica changes by {', '.join(scalers)}")
+        return passed(
+            name,
+            observed="no fight",
+            expected=expected,
+            population=f"replica changes by {', '.join(scalers)}",
+        )
     t0 = d.t_start or fights[0].t
     said = []
     for e in fights[:MAX_LISTED]:
@@ -937,8 +1030,8 @@ def scaler_did_not_fight(d: RunData) -> CheckResult:
         )
     return inconclusive(
         name,
-        expected,
-        f"a scaler fought the harness: {'; '.join(said)}. The scenario did not run as "
+        expected=expected,
+        reason=f"a scaler fought the harness: {'; '.join(said)}. The scenario did not run as "
         f"planned. The workload's scalers: {', '.join(scalers) or 'unknown'}; pause them "
         "for the run, or let the scale scenarios hand them the count (kube.scaler=cluster)",
         observed=f"{len(fights)} change(s) against the harness",
@@ -954,23 +1047,25 @@ def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) 
 
         done = next((e.t for e in d.events if e.kind == "rollout_complete"), None)
         if d.t_act is None:
-            return inconclusive("rollout_duration", "finished", "no rollout was started")
+            return inconclusive(
+                "rollout_duration", expected="finished", reason="no rollout was started"
+            )
         if done is None:
             return failed(
                 "rollout_duration",
-                "not finished",
-                "finished",
-                "the rollout",
+                observed="not finished",
+                expected="finished",
+                population="the rollout",
                 hint="the rollout never finished: new pods never became ready (start-up, "
                 "probes), or a surge pod could not be scheduled",
             )
         took = round(done - d.t_act, 2)
-        ready_s, drain_s = measured_pod_times(d)
+        ready_s, drain_s = _measured_pod_times(d)
         if ready_s is None:
             return skipped(
                 "rollout_duration",
-                "a prediction",
-                f"took {took} s; no new pod's start-to-ready time was observed, so no "
+                expected="a prediction",
+                reason=f"took {took} s; no new pod's start-to-ready time was observed, so no "
                 "prediction could be made",
             )
         plan = plan_rollout(
@@ -986,12 +1081,14 @@ def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) 
         expected = f"about {pred:.1f} s (planner, from ready {ready_s:.1f} s, drain {drain_s or 0:.1f} s measured)"
         population = "this run's rollout"
         if took <= 3 * pred + 2:
-            return passed("rollout_duration", f"{took} s", expected, population)
+            return passed(
+                "rollout_duration", observed=f"{took} s", expected=expected, population=population
+            )
         return failed(
             "rollout_duration",
-            f"{took} s",
-            expected,
-            population,
+            observed=f"{took} s",
+            expected=expected,
+            population=population,
             hint="the rollout took far longer than its own pods' start and drain times "
             "predict: pods waited to be scheduled (no spare GPUs) or for capacity",
         )
@@ -999,7 +1096,7 @@ def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) 
     return rollout_duration
 
 
-def measured_pod_times(d: RunData) -> tuple[float | None, float | None]:
+def _measured_pod_times(d: RunData) -> tuple[float | None, float | None]:
     """Median start-to-ready of pods created after the act, and median drain of those
     terminated after it, from this run's own events."""
     created, ready_s, terminating, drain_s = {}, [], {}, []
@@ -1029,7 +1126,7 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
     name = "ttft_recovers_after_step"
     expected = f"under {d.ttft_slo_s} s within {d.recovery_budget_s} s"
     if d.t_act is None:
-        return inconclusive(name, expected, "no load step was recorded")
+        return inconclusive(name, expected=expected, reason="no load step was recorded")
     after = [r for r in _slo_population(d) if r.sent_at >= d.t_act]
     windows: dict[int, list[float]] = {}
     for r in after:
@@ -1038,7 +1135,7 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
     last_sent = max((r.sent_at for r in after), default=d.t_act)
     full = {w: v for w, v in windows.items() if d.t_act + (w + 1) * window_s <= last_sent}
     if not full:
-        return inconclusive(name, expected, "no full TTFT window after the step")
+        return inconclusive(name, expected=expected, reason="no full TTFT window after the step")
 
     def p90(values: list[float]) -> float:
         return sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
@@ -1065,26 +1162,29 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
     if not recovered:
         return failed(
             name,
-            f"TTFT still over SLO when the run ended ({breach_s:.1f} s)",
-            expected,
-            population,
-            slow,
-            hint,
+            observed=f"TTFT still over SLO when the run ended ({breach_s:.1f} s)",
+            expected=expected,
+            population=population,
+            bad=slow,
+            hint=hint,
         )
     if breach_s > d.recovery_budget_s:
         return failed(
             name,
-            f"TTFT over SLO for {breach_s:.1f} s after the step",
-            expected,
-            population,
-            slow,
-            hint,
+            observed=f"TTFT over SLO for {breach_s:.1f} s after the step",
+            expected=expected,
+            population=population,
+            bad=slow,
+            hint=hint,
         )
     later = [v for u in ordered if u >= recovered_at for v in full[u]]
     over = sum(1 for v in later if v > d.ttft_slo_s)
     then = f", then {over} of {len(later)} requests over it (p90 under)" if over else ""
     return passed(
-        name, f"TTFT over SLO for {breach_s:.1f} s after the step{then}", expected, population
+        name,
+        observed=f"TTFT over SLO for {breach_s:.1f} s after the step{then}",
+        expected=expected,
+        population=population,
     )
 
 
@@ -1130,42 +1230,10 @@ def shared_checks(
     return out
 
 
-__all__ = [
-    "shared_checks",
-    "MAX_LISTED",
-    "CheckResult",
-    "RunData",
-    "accounting",
-    "capacity_floor_for",
-    "check_accounting",
-    "check_all_complete",
-    "check_ttft_slo",
-    "engine_counts_agree",
-    "gateway_clean",
-    "goodput",
-    "health_during_drain",
-    "in_flight_streams_finish",
-    "itl_slo_budget",
-    "killed_streams_fail_fast",
-    "long_answer_finishes",
-    "no_abort_after_sigterm",
-    "no_broken_streams",
-    "no_hung_streams",
-    "other_pods_untouched",
-    "recovery_time",
-    "rollout_duration_for",
-    "scaled_to_zero",
-    "scaler_did_not_fight",
-    "slo_budget_for",
-    "ttft_recovers_after_step",
-    "ttft_slo_budget",
-]
-
-
 # --- start-up --------------------------------------------------------------------------
 
 
-def startup_window(probe: dict | None) -> float | None:
+def _startup_window(probe: dict | None) -> float | None:
     """failureThreshold x periodSeconds: how long a probe lets a container fail."""
     return None if not probe else window_s(probe["failure_threshold"], probe["period_s"])
 
@@ -1182,7 +1250,9 @@ def starts_without_restarts(
         name = "starts_without_restarts"
         pods = sorted(restarts)
         if not pods:
-            return inconclusive(name, "0 restarts", f"no pod of version {version} was started")
+            return inconclusive(
+                name, expected="0 restarts", reason=f"no pod of version {version} was started"
+            )
         started = {}  # the container's start (local target) or the pod's creation (kube)
         for e in d.events:
             if e.pod in restarts and e.kind in ("container_started", "pod_created"):
@@ -1196,13 +1266,13 @@ def starts_without_restarts(
         population = f"{len(pods)} pods of version {version}"
         bad = {p: n for p, n in restarts.items() if n}
         live, start = probes.get("liveness"), probes.get("startup")
-        live_w, start_w = startup_window(live), startup_window(start)
+        live_w, start_w = _startup_window(live), _startup_window(start)
         if not bad and observed_start is None:  # no restart, but never ready either
             return failed(
                 name,
-                f"no pod of version {version} became ready",
-                "0 restarts, ready",
-                population,
+                observed=f"no pod of version {version} became ready",
+                expected="0 restarts, ready",
+                population=population,
                 hint="the new version did not start within scenario.recovery_s: a start-up "
                 "longer than that, or a pod Pending (no free GPU); raise recovery_s or read "
                 "the pod's events",
@@ -1210,7 +1280,7 @@ def starts_without_restarts(
         if not bad:
             within = f" within the startupProbe's {start_w:g} s" if start_w else ""
             observed = f"0 restarts; start-up {observed_start:g} s{within}"
-            return passed(name, observed, "0 restarts", population)
+            return passed(name, observed=observed, expected="0 restarts", population=population)
         killers = Counter(
             e.detail.get("probe") for e in d.events if e.kind == "probe_failed" and e.pod in bad
         )
@@ -1232,14 +1302,16 @@ def starts_without_restarts(
             )
         else:
             hint = "the container exits while starting: read its log (kubectl logs --previous)"
-        return failed(name, observed, "0 restarts", population, hint=hint)
+        return failed(
+            name, observed=observed, expected="0 restarts", population=population, hint=hint
+        )
 
     return check
 
 
 # --- canary --------------------------------------------------------------------------
 
-CANARY_HINTS = {
+_CANARY_HINTS = {
     "same": "with the same weights the new engine answers differently: a changed tokenizer, "
     "chat template, dtype or quantisation, or a sampling default; compare the answers side "
     "by side in the report before promoting",
@@ -1259,12 +1331,23 @@ def canary_answers(result: dict) -> Check:
             f"against {result.get('baseline_pod')} ({result['mode']} weights)"
         )
         if result["status"] == "inconclusive":
-            return inconclusive(name, result["expected"], "; ".join(result["reasons"]))
+            return inconclusive(
+                name, expected=result["expected"], reason="; ".join(result["reasons"])
+            )
         if result["status"] == "pass":
-            return passed(name, result["observed"], result["expected"], population)
+            return passed(
+                name,
+                observed=result["observed"],
+                expected=result["expected"],
+                population=population,
+            )
         observed = f"{result['observed']}: " + "; ".join(result["reasons"])
         return failed(
-            name, observed, result["expected"], population, hint=CANARY_HINTS[result["mode"]]
+            name,
+            observed=observed,
+            expected=result["expected"],
+            population=population,
+            hint=_CANARY_HINTS[result["mode"]],
         )
 
     return check

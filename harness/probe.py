@@ -36,12 +36,24 @@ def default_timeout_s(requests: int, concurrency: int, max_tokens: int | None, t
 def check_deadline(records: list[StreamRecord], timeout_s: float, cut: int):
     expected = f"every answer ends within the probe's {timeout_s:g} s"
     if not records:
-        return inconclusive("probe_deadline", expected, "no request was sent")
+        return inconclusive("probe_deadline", expected=expected, reason="no request was sent")
     if cut:
         bad = [r for r in records if r.outcome == Outcome.CANCELLED]
         hint = "the server kept streaming past the deadline; raise --timeout for longer answers"
-        return failed("probe_deadline", f"{cut} streams still open", expected, "streams", bad, hint)
-    return passed("probe_deadline", "all ended", expected, f"{len(records)} streams")
+        return failed(
+            "probe_deadline",
+            observed=f"{cut} streams still open",
+            expected=expected,
+            population="streams",
+            bad=bad,
+            hint=hint,
+        )
+    return passed(
+        "probe_deadline",
+        observed="all ended",
+        expected=expected,
+        population=f"{len(records)} streams",
+    )
 
 
 def chat_url(base_url: str) -> str:
@@ -195,7 +207,9 @@ def probe_summary(
         checks.append(check_deadline(records, timeout_s, cut))
     else:
         reason = f"stopped by {stopped.args[0] if isinstance(stopped, Terminated) else 'Ctrl-C'}"
-        checks.append(inconclusive("probe_finished", "every request sent and ended", reason))
+        checks.append(
+            inconclusive("probe_finished", expected="every request sent and ended", reason=reason)
+        )
     return {
         "scenario": "probe",
         "target": base_url,

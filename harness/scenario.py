@@ -717,7 +717,7 @@ class Scenario:
             expected = f"{self.cfg.scenario.in_flight} streams in flight"
         else:
             expected = "the disruption made as planned"
-        stopped = V.inconclusive(stage, expected, reason)
+        stopped = V.inconclusive(stage, expected=expected, reason=reason)
         self.judge(lambda d: stopped, hold_slo=False)
         raise AssertionError("unreachable: judge raises for an inconclusive verdict")
 
@@ -727,7 +727,7 @@ class Scenario:
         expect_broken_on_victims: bool = False,
         hold_slo: bool = True,
         slo_required: tuple[str, ...] = ("during",),
-        slo_phases: tuple[str, ...] = C.PHASES,
+        slo_phases: tuple[str, ...] = V.PHASES,
     ) -> dict:
         """Gather the run data, judge it with the shared stream checks and the scenario's
         own, write the run folder; raise ScenarioFailed with a short account unless the

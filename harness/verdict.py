@@ -41,7 +41,7 @@ class VerdictInputError(RollcheckError, ValueError):
 @dataclass
 class CheckResult:
     name: str
-    status: str
+    status: Status
     observed: object
     expected: object
     population: str = ""  # what was judged: "3 of 3 streams in flight on pod-x at its SIGTERM"
@@ -57,20 +57,20 @@ class CheckResult:
         return asdict(self) | {"passed": self.passed}
 
 
-def passed(name, observed, expected, population) -> CheckResult:
+def passed(name, *, observed, expected, population) -> CheckResult:
     return CheckResult(name, Status.PASS, observed, expected, population)
 
 
-def failed(name, observed, expected, population, bad=(), hint=None) -> CheckResult:
+def failed(name, *, observed, expected, population, bad=(), hint=None) -> CheckResult:
     ids = [r if isinstance(r, str) else r.request_id for r in list(bad)[:MAX_LISTED]]
     return CheckResult(name, Status.FAIL, observed, expected, population, ids, hint)
 
 
-def inconclusive(name, expected, reason, observed="no evidence") -> CheckResult:
+def inconclusive(name, *, expected, reason, observed="no evidence") -> CheckResult:
     return CheckResult(name, Status.INCONCLUSIVE, observed, expected, "none", reason=reason)
 
 
-def skipped(name, expected, reason) -> CheckResult:
+def skipped(name, *, expected, reason) -> CheckResult:
     return CheckResult(name, Status.SKIPPED, "not judged", expected, "none", reason=reason)
 
 
@@ -78,12 +78,21 @@ def judged(name, population_records, bad, population, expected=None, hint=None, 
     """The common shape: a population of records, the broken ones among them."""
     total = len(population_records)
     if not total:
-        return inconclusive(name, expected or "0 broken", empty or f"no {population}")
+        return inconclusive(
+            name, expected=expected or "0 broken", reason=empty or f"no {population}"
+        )
     observed = f"{len(bad)} of {total}"
     expected = expected or f"0 of {total}"
     if bad:
-        return failed(name, observed, expected, f"{total} {population}", bad, hint)
-    return passed(name, observed, expected, f"{total} {population}")
+        return failed(
+            name,
+            observed=observed,
+            expected=expected,
+            population=f"{total} {population}",
+            bad=bad,
+            hint=hint,
+        )
+    return passed(name, observed=observed, expected=expected, population=f"{total} {population}")
 
 
 # --- the data ----------------------------------------------------------------------

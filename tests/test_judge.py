@@ -97,6 +97,24 @@ def test_record_jsonl_round_trip(tmp_path):
     write_jsonl([r, r], tmp_path / "records.jsonl")
     back = list(read_jsonl(tmp_path / "records.jsonl"))
     assert back == [r, r]
+    assert back[0].outcome is Outcome.COMPLETE  # read back as the enum, not a string
+
+
+def test_a_record_with_an_outcome_rollcheck_never_writes_is_one_clear_error(tmp_path):
+    """A hand-edited run folder: an outcome rollcheck does not know is not judged as if it
+    were one (a typo of "complete" would count as broken or not by accident)."""
+    from harness.files import BadInput
+    from harness.streams import read_jsonl, write_jsonl
+
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE + STOP + DONE)], End.EOF, 0.2)
+    path = tmp_path / "records.jsonl"
+    write_jsonl([r], path)
+    path.write_text(path.read_text().replace('"complete"', '"compleet"'))
+    with pytest.raises(BadInput) as err:
+        list(read_jsonl(path))
+    assert f"{path}:1: not a stream record (field outcome is 'compleet', not one of" in str(
+        err.value
+    )
 
 
 def test_parser_keeps_crlf_split_across_packets():

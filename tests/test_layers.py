@@ -193,3 +193,29 @@ def test_init_files_only_re_export():
             if not (docstring or dunder or isinstance(node, (ast.Import, ast.ImportFrom))):
                 holding.append(f"{init.relative_to(root)}:{node.lineno}")
     assert not holding, f"__init__.py holding code, not re-exporting: {holding}"
+
+
+def test_the_checks_module_says_what_it_offers_before_anything_else():
+    """harness/checks.py opens with __all__, and it names every public check, helper
+    and constant the module defines (a new check added without it is not on the list a
+    scenario author reads), and nothing it does not define."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parents[1] / "harness" / "checks.py").read_text())
+    body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr))]
+    first = body[0]
+    assert isinstance(first, ast.Assign) and first.targets[0].id == "__all__"
+    listed = [e.value for e in first.value.elts]
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id != "__all__"
+    }
+    public = {name for name in defined if not name.startswith("_")}
+    assert sorted(public - set(listed)) == []  # defined, public, not listed
+    assert sorted(set(listed) - defined) == []  # listed, not defined here
+    assert len(listed) == len(set(listed))

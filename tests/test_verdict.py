@@ -480,8 +480,11 @@ def test_ttft_recovers_after_step():
 
 
 def test_verdict_order_and_skipped_checks():
-    p, f = V.passed("a", 0, 0, "x"), V.failed("b", 1, 0, "x")
-    i, s = V.inconclusive("c", 0, "why"), V.skipped("d", 0, "why")
+    p, f = (
+        V.passed("a", observed=0, expected=0, population="x"),
+        V.failed("b", observed=1, expected=0, population="x"),
+    )
+    i, s = V.inconclusive("c", expected=0, reason="why"), V.skipped("d", expected=0, reason="why")
     assert V.verdict([p, f, i, s]) == "fail"
     assert V.verdict([p, i, s]) == "inconclusive"
     assert V.verdict([p, s]) == "pass"

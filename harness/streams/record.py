@@ -55,13 +55,14 @@ _FIELD_TYPES = {
     "gateway": (dict, type(None)),
 }  # every other field is text or null
 BROKEN = frozenset(Outcome) - {Outcome.COMPLETE, Outcome.CANCELLED}
+_OUTCOMES = frozenset(o.value for o in Outcome)
 FLAGS = ("ttft_slo_breach", "itl_slo_breach", "empty")
 
 
 @dataclass
 class StreamRecord:
     request_id: str
-    outcome: str
+    outcome: Outcome
     sent_at: float  # epoch seconds, for joining with gateway logs
     duration_s: float  # send -> end, monotonic
     status: int | None = None
@@ -131,6 +132,11 @@ class StreamRecord:
         for name in ("request_id", "outcome", "sent_at", "duration_s"):
             if name not in kwargs:
                 raise ValueError(f"no field {name}")
+        if kwargs["outcome"] not in _OUTCOMES:
+            raise ValueError(
+                f"field outcome is {kwargs['outcome'][:40]!r}, not one of {', '.join(Outcome)}"
+            )
+        kwargs["outcome"] = Outcome(kwargs["outcome"])
         return cls(**kwargs)
 
 
