@@ -181,11 +181,20 @@ def _requests(
 
 
 def warm_up(
-    url: str, model: str | None, n: int, client_settings=None, headers=None
+    url: str,
+    model: str | None,
+    n: int,
+    client_settings=None,
+    headers=None,
+    prompt_tokens: int | None = None,
 ) -> list[StreamRecord]:
-    """n short requests, one after another: a just-started engine compiles on its first
-    requests (seconds each on a CPU), which the steady state must not count as TTFT."""
-    return _requests(url, model, n, WARM_TOKENS, 1, client_settings, headers)
+    """n short answers, one after another, to prompts of about prompt_tokens (the load's
+    longest; None: a short prompt): a just-started engine compiles on its first requests
+    (seconds each on a CPU), which the steady state must not count as TTFT, and warming
+    with short prompts leaves a longer prompt's first prefill cold (real vLLM on CPU:
+    the load's first 149-token prompts took 15-24 s on an engine warmed with short ones,
+    4.6-5.3 s on one warmed with long ones, docs/facts.md)."""
+    return _requests(url, model, n, WARM_TOKENS, 1, client_settings, headers, prompt_tokens)
 
 
 def measure(

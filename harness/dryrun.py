@@ -192,7 +192,9 @@ class DryRunTarget(Target):
         if self.inner.workload_scalers():
             self.action("scale", replicas=replicas, why="hold the count against the scaler")
 
-    def warm_engines(self, requests: int, model: str | None) -> None:
+    def warm_engines(
+        self, requests: int, model: str | None, prompt_tokens: int | None = None
+    ) -> None:
         return None  # sends nothing
 
     # --- waits -----------------------------------------------------------------------

@@ -281,8 +281,10 @@ def _calibrate(config: pytest.Config, cfg, target):
     url, settings = target.pod_endpoint(pod.name)
     key = target.auth_headers()
     model = cfg.load.model
-    calibration.warm_up(url, model, max(1, cfg.scenario.warm_requests), settings, key)
     longest = max(share.tokens for share in cfg.load.prompt_tokens)
+    calibration.warm_up(
+        url, model, max(1, cfg.scenario.warm_requests), settings, key, prompt_tokens=longest
+    )
     unloaded, batch = calibration.measure(
         url, model, cfg.engine.max_num_seqs, longest, settings, key
     )

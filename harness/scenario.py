@@ -94,7 +94,8 @@ class Scenario:
         """Start the load, let it warm up, wait for streams in flight."""
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
         if self.cfg.scenario.warm_requests:
-            self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model)
+            longest = max(share.tokens for share in settings.prompt_tokens)
+            self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model, longest)
         self.load = self.load_factory(
             self.target.gateway_url, self.run_dir, settings, self.thresholds
         )

@@ -360,10 +360,14 @@ class Target(abc.ABC):
     def in_flight(self, name: str) -> int:
         return int(self.pod_metrics(name).get("vllm:num_requests_running", 0))
 
-    def warm_engines(self, requests: int, model: str | None) -> None:
-        """`requests` short answers from each ready pod, sent to it directly (not through
-        the gateway), the pods side by side: a real engine compiles on its first
-        requests. Each pod's first tokens go on the timeline as a `warmed` event."""
+    def warm_engines(
+        self, requests: int, model: str | None, prompt_tokens: int | None = None
+    ) -> None:
+        """`requests` short answers from each ready pod to prompts of about prompt_tokens
+        (the load's longest), sent to it directly (not through the gateway), the pods
+        side by side: a real engine compiles on its first requests, and a longer
+        prompt's first prefill is slow again. Each pod's first tokens go on the timeline
+        as a `warmed` event."""
         from harness.calibration import warm_up
 
         def warm(pod: PodView) -> None:
@@ -371,9 +375,16 @@ class Target(abc.ABC):
             # the load's API key, unless the way in has credentials of its own (the API
             # server's pods proxy: its token is the Authorization header)
             key = None if "headers" in settings else self.auth_headers()
-            records = warm_up(url, model, requests, settings, key)
+            records = warm_up(url, model, requests, settings, key, prompt_tokens)
             ttfts = [None if r.ttft_s is None else round(r.ttft_s, 3) for r in records]
-            self.action("warmed", pod=pod.name, ttft_s=ttfts, outcomes=[r.outcome for r in records])
+            counted = [(r.usage or {}).get("prompt_tokens") for r in records]
+            self.action(
+                "warmed",
+                pod=pod.name,
+                ttft_s=ttfts,
+                outcomes=[r.outcome for r in records],
+                prompt_tokens=counted,  # as the engine counted them
+            )
 
         pods = self.ready_pods()
         with ThreadPoolExecutor(max_workers=max(1, len(pods))) as pool:
