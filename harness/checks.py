@@ -16,7 +16,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from harness.cluster.podspec import window_s
+from harness.podspec import window_s
 from harness.streams import Outcome, StreamRecord
 from harness.timeline import replicas_writer
 from harness.verdict import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness import checks
-from harness.cluster.metrics import parse_metrics
 from harness.engine_counts import EngineCounts
+from harness.prometheus import parse_metrics
 from harness.streams import Outcome, StreamRecord
 from harness.verdict import RunData, Status
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
-from harness.cluster.podspec import number
 from harness.errors import RollcheckError
+from harness.podspec import number
 from harness.yamlsafe import YamlInputError, load_documents
 
 NGINX_ANNOTATION = "nginx.ingress.kubernetes.io/"

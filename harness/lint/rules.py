@@ -15,13 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from harness import rollout_math
-from harness.cluster.podspec import (
-    DEFAULT_GRACE_S,
-    number,
-    prestop_sleep_s,
-    probe_window_s,
-    shutdown_timeout_s,
-)
 from harness.lint.manifests import (
     NGINX_ANNOTATION,
     Index,
@@ -32,15 +25,18 @@ from harness.lint.manifests import (
     int_or_percent,
     pod_spec,
 )
+from harness.podspec import (
+    DEFAULT_GRACE_S,
+    ENGINE_COMMANDS,
+    ENGINE_IMAGES,
+    number,
+    prestop_sleep_s,
+    probe_window_s,
+    runs_engine,
+    shutdown_timeout_s,
+)
 
 SEVERITIES = ("info", "warning", "error")
-DEFAULT_ENGINE_IMAGES = [r"vllm", r"sglang", r"text-generation-inference", r"rollcheck[/-]sim"]
-DEFAULT_ENGINE_COMMANDS = [
-    r"vllm(\s+serve|\.entrypoints)",
-    r"sglang\.launch_server",
-    r"rollcheck\s+sim",
-    r"harness\.cli\s+sim",
-]
 GPU_UTIL = re.compile(
     r"DCGM_FI_DEV_GPU_UTIL|gpu_util|nvidia_gpu_duty_cycle|gpu_utilization", re.IGNORECASE
 )
@@ -72,27 +68,25 @@ class Finding:
 
 @dataclass
 class LintOptions:
-    engine_images: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_IMAGES))
-    engine_commands: list[str] = field(default_factory=lambda: list(DEFAULT_ENGINE_COMMANDS))
+    engine_images: list[str] = field(default_factory=lambda: list(ENGINE_IMAGES))
+    engine_commands: list[str] = field(default_factory=lambda: list(ENGINE_COMMANDS))
     min_startup_s: float = 600.0  # weight loading on a GPU node takes minutes
     # the longest time an answer may send nothing: a queued request gets its headers and
     # then no byte until admitted; a long prompt's prefill sends nothing either
     longest_silence_s: float = 120.0
     longest_answer_s: float | None = None  # the longest answer the service must finish
     gpu_quota: int | None = None  # nvidia.com/gpu the namespace may use
-
-
-def _command_line(c: dict) -> str:
-    return " ".join(str(x) for x in (c.get("command") or []) + (c.get("args") or []))
+    # the engine container by name (the Kubernetes target's choice for a live Deployment:
+    # a sidecar may be listed first); None: the first that runs a known engine
+    engine_name: str | None = None
 
 
 def engine_container(m: Manifest, opts: LintOptions) -> tuple[int, dict] | None:
     for i, c in enumerate(pod_spec(m).get("containers") or []):
-        image = str(c.get("image", ""))
-        cmd = _command_line(c)
-        if any(re.search(p, image) for p in opts.engine_images) or any(
-            re.search(p, cmd) for p in opts.engine_commands
-        ):
+        if opts.engine_name is not None:
+            if c.get("name") == opts.engine_name:
+                return i, c
+        elif runs_engine(c, opts.engine_images, opts.engine_commands):
             return i, c
     return None
 

@@ -16,9 +16,9 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from harness.cluster.podspec import prestop_sleep_s
 from harness.cluster.target import TargetError
 from harness.events import Event, EventLog
+from harness.podspec import prestop_sleep_s
 
 if TYPE_CHECKING:
     from harness.config.schema import RunConfig

@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 
 from harness.client import http_get
 from harness.cluster.kube.common import Cluster, Shared
-from harness.cluster.metrics import parse_metrics
+from harness.prometheus import parse_metrics
 
 # an engine's /metrics or /health through the API server's pods proxy: a pod whose address
 # went away (drained, deleted) left the proxy dialling it for 24-30 s, and the engines'

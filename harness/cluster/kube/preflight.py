@@ -7,9 +7,9 @@ import json
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster
-from harness.cluster.podspec import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD_S
 from harness.cluster.target import TargetError
 from harness.files import write_atomic
+from harness.podspec import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD_S
 
 
 class Preflight:

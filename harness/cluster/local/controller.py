@@ -26,12 +26,12 @@ import httpx
 from harness.client import http_get
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx
-from harness.cluster.metrics import parse_metrics
 from harness.cluster.target import EvictionRefused, PodView
 from harness.config.schema import RunConfig
 from harness.engines.startup import StartGate
 from harness.events import EventLog
 from harness.proc import sim_command
+from harness.prometheus import parse_metrics
 from harness.sim.settings import SimSettings
 
 TICK_S = 0.05
