@@ -55,11 +55,44 @@ def address_spans(events: Sequence[Event]) -> dict[str, list[Span]]:
     return spans
 
 
+def host_of(address: str | None) -> str | None:
+    """The IP of an `ip:port` (or `[v6]:port`) address; the address itself without a port."""
+    if not address:
+        return None
+    if address.startswith("["):
+        return address[1:].split("]", 1)[0]
+    host, sep, port = address.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else address
+
+
+def _held(spans: list[Span], t: float) -> list[Span]:
+    return [s for s in spans if s.start <= t + 1 and (s.end is None or t <= s.end + 1)]
+
+
+TRACED_BY_ADDRESS = "gateway log"
+TRACED_BY_IP = "gateway log, by pod IP"
+
+
 def pod_at(spans: dict[str, list[Span]], address: str | None, t: float) -> Span | None:
-    for span in spans.get(address or "", []):
-        if span.start <= t + 1 and (span.end is None or t <= span.end + 1):
-            return span
-    return None
+    return trace(spans, address, t)[0]
+
+
+def trace(spans: dict[str, list[Span]], address: str | None, t: float):
+    """Who held the address at t, and how it was told (TRACED_BY_*). A gateway may dial a
+    port other than the engine's (a sidecar's, or a Service's named targetPort on another
+    container): a pod IP names the pod, so with no exact match the one pod holding that
+    IP at t is taken (never a guess between several, as on the local target, where every
+    engine is on 127.0.0.1)."""
+    exact = _held(spans.get(address or "", []), t)
+    if exact:
+        return exact[0], TRACED_BY_ADDRESS
+    host = host_of(address)
+    if host is None:
+        return None, None
+    by_ip = {s.pod: s for a, held in spans.items() if host_of(a) == host for s in _held(held, t)}
+    if len(by_ip) == 1:
+        return next(iter(by_ip.values())), TRACED_BY_IP
+    return None, None
 
 
 _FP = re.compile(r"^fp_(.+)$")
@@ -73,9 +106,9 @@ def correlate(
     spans = address_spans(events)
     for r in records:
         addr = (r.gateway or {}).get("upstream_addr")
-        span = pod_at(spans, addr, r.sent_at)
+        span, how = trace(spans, addr, r.sent_at)
         if span is not None:
-            r.pod, r.version = span.pod, span.version
+            r.pod, r.version, r.traced_by = span.pod, span.version, how
         if r.version is None and r.system_fingerprint:
             m = _FP.match(r.system_fingerprint)
             r.version = m.group(1) if m else r.system_fingerprint

@@ -216,8 +216,11 @@ def attribution(d: RunData) -> dict:
     total = len(d.records)
     traced = sum(r.pod is not None for r in d.records)
     why: dict[str, int] = {}
+    by: dict[str, int] = {}
     for r in d.records:
         if r.pod is not None:
+            how = r.traced_by or "unknown"
+            by[how] = by.get(how, 0) + 1
             continue
         if d.gateway_logs is None:
             reason = "no gateway logs"
@@ -227,6 +230,8 @@ def attribution(d: RunData) -> dict:
             reason = "its upstream address matched no pod"
         why[reason] = why.get(reason, 0) + 1
     text = f"traced {traced} of {total} streams to a pod"
+    if by:
+        text += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(by.items())) + ")"
     if total - traced:
         text += f"; {total - traced} untraced (" + ", ".join(f"{k}: {v}" for k, v in why.items())
         text += ")"
@@ -237,6 +242,7 @@ def attribution(d: RunData) -> dict:
         "total": total,
         "untraced": total - traced,
         "why_untraced": why,
+        "traced_by": by,
         "gateway_logs": d.gateway_logs,
         "unparsed_gateway_lines": d.unparsed_gateway_lines,
         "first_unparsed_line": d.first_unparsed_line,

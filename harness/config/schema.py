@@ -276,6 +276,15 @@ class Kube:
     # proxy (the API server's pods proxy, RBAC pods/proxy get), auto (direct in a pod, else
     # proxy, each falling back to the other)
     pod_access: str = "auto"
+    # the engine container by name; unset: the one the Service's targetPort names, else
+    # the one running a known engine image or command (a sidecar may be listed first)
+    container: str | None = None
+    # the gateway pods' container whose log holds the access lines; unset: the one whose
+    # recent log does (Envoy Gateway's pods also run shutdown-manager)
+    gateway_pods_container: str | None = None
+    # a Deployment another controller owns (an operator, Argo CD, Flux) reverts every
+    # change mid-run: refused unless this is set, then acted on with a WARNING
+    allow_owned: bool = False
 
     def validate(self) -> None:
         if self.scaler not in ("cluster", "harness"):

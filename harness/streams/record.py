@@ -94,6 +94,7 @@ class StreamRecord:
     pod: str | None = None
     version: str | None = None
     gateway: dict | None = None
+    traced_by: str | None = None  # how the pod was told (harness.timeline.TRACED_BY_*)
 
     @property
     def ended_at(self) -> float:

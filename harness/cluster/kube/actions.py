@@ -18,6 +18,7 @@ from harness.cluster.kube.common import (
     _int_or_str,
     _message,
     _ts,
+    engine_of,
 )
 from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import ScalerObserver, removal_reason
@@ -58,7 +59,7 @@ class Actions:
         self.c.action("rollout", to_version=version, engine=engine or {}, **changes)
         self.restore.mark_pending()
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        c = dep.spec.template.spec.containers[0]
+        c = engine_of(dep.spec.template.spec, self.s.engine)
         container = {"name": c.name}
         if self.c.cfg.kube.image:
             container["image"] = self.c.cfg.kube.image.replace("{version}", version)

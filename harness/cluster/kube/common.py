@@ -97,6 +97,14 @@ def prestop_s(container) -> float:
     return prestop_sleep_s(_SERIALIZER.sanitize_for_serialization(container)) or 0.0
 
 
+def engine_of(pod_spec, name: str | None):
+    """The engine container of a client pod spec (a Deployment's template or a pod), by
+    the name the preflight chose: never by position, since a sidecar may come first
+    (Istio injects istio-proxy into pods, not into the Deployment's template)."""
+    containers = pod_spec.containers or []
+    return next((c for c in containers if c.name == name), containers[0] if containers else None)
+
+
 class Cluster:
     """The connection and the workload's coordinates, given to each of the Kubernetes
     target's parts: the API clients, the config, the namespace and Deployment, the run
@@ -213,6 +221,7 @@ class Shared:
     lock: threading.RLock = field(default_factory=threading.RLock)
     pods: dict = field(default_factory=dict)  # uid -> last pod object: the watches
     port: int = 8000  # the engine's port: start(), from the Deployment
+    engine: str | None = None  # the engine container's name: start(), Preflight.engine
     original: dict | None = None  # what to put back: Restore.record
     marked: bool = False  # the restore record is on the Deployment: Restore.mark_pending
     cordoned: list[str] = field(default_factory=list)  # nodes: the actions; the restore clears

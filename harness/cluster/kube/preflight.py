@@ -6,10 +6,17 @@ import json
 
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster
+from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster, engine_of
+from harness.cluster.kube.owners import owner_of
 from harness.cluster.target import TargetError
 from harness.files import write_atomic
-from harness.podspec import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD_S
+from harness.podspec import (
+    DEFAULT_FAILURE_THRESHOLD,
+    DEFAULT_PERIOD_S,
+    EngineContainer,
+    NoEngineContainer,
+    engine_container,
+)
 
 
 class Preflight:
@@ -19,6 +26,7 @@ class Preflight:
     def __init__(self, c: Cluster):
         self.c = c
         self.lint_findings: list = []
+        self.engine_name: str | None = None  # engine(): the chosen container's name
 
     def check(self):
         """The Deployment, once the namespace, the permissions, the opt-in and the absence
@@ -46,6 +54,7 @@ class Preflight:
                 f"{OPT_IN}=true (kubectl label deployment {self.c.deployment} -n {self.c.ns} "
                 f"{OPT_IN}=true)"
             )
+        self.check_owner(dep)
         pending = (dep.metadata.annotations or {}).get(RESTORE)
         if pending:
             raise TargetError(
@@ -54,6 +63,56 @@ class Preflight:
                 "same --kubeconfig/--set kube.* options, then try again"
             )
         return dep
+
+    def check_owner(self, dep) -> None:
+        """A Deployment another controller owns has every change reverted mid-run: refused
+        in one line naming the owner, unless kube.allow_owned (then a WARNING)."""
+        meta = self.c.api.sanitize_for_serialization(dep.metadata)
+        owner = owner_of(meta)
+        if owner is None:
+            return
+        where = f"deployment {self.c.ns}/{self.c.deployment}"
+        if not self.c.k.allow_owned:
+            raise TargetError(
+                f"{where} is managed by {owner.name}: {owner.how}, so it would revert every "
+                f"change mid-run; {owner.fix}, or set kube.allow_owned=true to act anyway"
+            )
+        self.c.emit("owned", owner=owner.name, how=owner.how)
+        print(
+            f"rollcheck: WARNING: {where} is managed by {owner.name} ({owner.how}); acting "
+            "on it anyway (kube.allow_owned=true): changes may be reverted mid-run",
+            flush=True,
+        )
+
+    def engine(self, dep) -> EngineContainer:
+        """Which container of the Deployment's pods is the engine, and why (an event)."""
+        template = self.c.api.sanitize_for_serialization(dep.spec.template)
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        services, note = [], ""
+        try:
+            for svc in self.c.core.list_namespaced_service(self.c.ns).items:
+                selector = svc.spec.selector or {}
+                if selector and all(labels.get(k) == v for k, v in selector.items()):
+                    services += [
+                        (svc.metadata.name, p.target_port or p.port) for p in svc.spec.ports or []
+                    ]
+        except ApiException as exc:
+            if exc.status != 403:
+                raise self.c.error(exc, "list", "services", f"services in {self.c.ns}") from None
+            note = " (Services not read: RBAC list services)"
+        try:
+            choice = engine_container(template.get("spec") or {}, self.c.k.container, services)
+        except NoEngineContainer as exc:
+            raise TargetError(f"deployment {self.c.ns}/{self.c.deployment}: {exc}") from None
+        self.c.emit(
+            "engine_container",
+            container=choice.name,
+            port=choice.port,
+            why=choice.why + note,
+            containers=len(template["spec"]["containers"]),
+        )
+        self.engine_name = choice.name
+        return choice
 
     def node_drain_blocker(self) -> str | None:
         if not self.c.k.allow_node_drain:
@@ -99,7 +158,7 @@ class Preflight:
         """Why a rollout to `version` with no engine change would change nothing but the
         version label (kube.image unset, or giving the baseline's image); None if not."""
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        current = dep.spec.template.spec.containers[0].image
+        current = engine_of(dep.spec.template.spec, self.engine_name).image
         image = self.candidate_image(version) or current
         if image != current:
             return None
@@ -161,7 +220,7 @@ class Preflight:
         """The engine container's startup and liveness probes, as the live Deployment has
         them ({period_s, failure_threshold} or None)."""
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        c = dep.spec.template.spec.containers[0]
+        c = engine_of(dep.spec.template.spec, self.engine_name)
 
         def window(p):
             if p is None:
@@ -193,7 +252,8 @@ class Preflight:
             pass
         obj.update(kind="Deployment")
         try:
-            self.lint_findings = lint.lint(manifests, lint.LintOptions(min_startup_s=min_startup_s))
+            opts = lint.LintOptions(min_startup_s=min_startup_s, engine_name=self.engine_name)
+            self.lint_findings = lint.lint(manifests, opts)
         except lint.LintInputError:
             self.lint_findings = []
         write_atomic(

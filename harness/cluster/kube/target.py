@@ -14,7 +14,7 @@ from pathlib import Path
 from kubernetes import client
 
 from harness.cluster.kube.actions import Actions
-from harness.cluster.kube.common import Cluster, Shared, connect, prestop_s
+from harness.cluster.kube.common import Cluster, Shared, connect, engine_of, prestop_s
 from harness.cluster.kube.pods import PodAccess
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restore
@@ -66,10 +66,11 @@ class KubeTarget(Target):
         self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)
         self.access = PodAccess(c, s, self.auth_headers)
         dep = self.preflight.check()
+        engine = self.preflight.engine(dep)
+        s.engine = engine.name
+        if engine.port is not None:
+            s.port = engine.port
         self.preflight.lint(dep)
-        container = dep.spec.template.spec.containers[0]
-        if container.ports:
-            s.port = int(container.ports[0].container_port)
         selector = self.k.selector or ",".join(
             f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items()
         )
@@ -124,7 +125,7 @@ class KubeTarget(Target):
 
     def prestop_s(self, name: str) -> float:
         pod = self.shared.pod(name)
-        return prestop_s(pod.spec.containers[0]) if pod is not None else 0.0
+        return prestop_s(engine_of(pod.spec, self.shared.engine)) if pod is not None else 0.0
 
     def pod_metrics(self, name: str) -> dict[str, float]:
         return self.access.pod_metrics(name)

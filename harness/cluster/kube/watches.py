@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import Cluster, Shared, _ready, _ts, prestop_s
+from harness.cluster.kube.common import Cluster, Shared, _ready, _ts, engine_of, prestop_s
 from harness.cluster.kube.scaling import ScalerObserver
 from harness.cluster.target import PodView, TargetError
 from harness.files import open_append
@@ -76,24 +76,31 @@ class _Watch(threading.Thread):
         self.interrupt()
 
 
-def pod_view(pod, port: int) -> PodView:
+def pod_view(pod, port: int, engine: str | None) -> PodView:
     return PodView(
         name=pod.metadata.name,
-        version=_version(pod),
+        version=_version(pod, engine),
         node=pod.spec.node_name,
         address=f"{pod.status.pod_ip}:{port}" if pod.status.pod_ip else None,
         phase=pod.status.phase or "Pending",
         ready=_ready(pod),
         terminating=pod.metadata.deletion_timestamp is not None,
-        restarts=sum(c.restart_count for c in (pod.status.container_statuses or [])),
+        restarts=_restarts(pod, engine),
         created_at=_ts(pod.metadata.creation_timestamp),
-        image=pod.spec.containers[0].image,
+        image=engine_of(pod.spec, engine).image,
     )
 
 
-def _version(pod) -> str:
+def _version(pod, engine: str | None) -> str:
     labels = pod.metadata.labels or {}
-    return labels.get("version") or pod.spec.containers[0].image.rsplit(":", 1)[-1]
+    return labels.get("version") or engine_of(pod.spec, engine).image.rsplit(":", 1)[-1]
+
+
+def _restarts(pod, engine: str | None) -> int:
+    """The engine container's restarts (a sidecar's restart is not the engine's)."""
+    statuses = pod.status.container_statuses or []
+    mine = [c for c in statuses if c.name == engine] or statuses
+    return sum(c.restart_count for c in mine)
 
 
 class Watches:
@@ -150,7 +157,7 @@ class Watches:
 
     def views(self) -> list[PodView]:
         with self.s.lock:
-            return [pod_view(p, self.s.port) for p in self.s.pods.values()]
+            return [pod_view(p, self.s.port, self.s.engine) for p in self.s.pods.values()]
 
     # --- watches -> events -----------------------------------------------------
     def _relister(self, name: str, on_event):
@@ -169,7 +176,7 @@ class Watches:
     def _on_pod(self, kind: str, pod) -> None:
         uid = pod.metadata.uid
         name, node = pod.metadata.name, pod.spec.node_name
-        version = _version(pod)
+        version = _version(pod, self.s.engine)
         with self.s.lock:
             old = self.s.pods.get(uid)
             if kind == "DELETED":
@@ -199,7 +206,7 @@ class Watches:
             grace = pod.metadata.deletion_grace_period_seconds or 0
             start = _ts(pod.metadata.deletion_timestamp) - grace
             emit("terminating", pod=name, node=node, version=version, t=start, grace_s=grace)
-            prestop = prestop_s(pod.spec.containers[0])
+            prestop = prestop_s(engine_of(pod.spec, self.s.engine))
             if prestop and grace > prestop:
                 emit("prestop_started", pod=name, node=node, version=version, t=start)
             # The kubelet sends SIGTERM once preStop returns: estimated from the pod spec.
@@ -211,10 +218,8 @@ class Watches:
                 t=start + min(prestop, grace),
                 estimated=True,
             )
-        restarts = sum(c.restart_count for c in (pod.status.container_statuses or []))
-        old_restarts = (
-            sum(c.restart_count for c in (old.status.container_statuses or [])) if old else restarts
-        )
+        restarts = _restarts(pod, self.s.engine)
+        old_restarts = _restarts(old, self.s.engine) if old else restarts
         if restarts > old_restarts:
             emit("exited", pod=name, node=node, version=version, restarts=restarts)
         self._capacity_event()
