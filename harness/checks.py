@@ -1220,8 +1220,8 @@ def shared_checks(
         gateway_clean,
         engine_counts_agree,
     ]
-    if any(e.kind == "workload_scalers" for e in d.events):
-        out.append(scaler_did_not_fight)
+    if any(e.kind in ("workload_scalers", "scaler_fought") for e in d.events):
+        out.append(scaler_did_not_fight)  # a writer rollcheck did not know of fights too
     if hold_slo:
         out += [
             slo_budget_for("ttft", slo_required, slo_phases),

@@ -132,6 +132,15 @@ EVENT_LINES: dict[str, Callable] = {
     "scaler_fought": _fought_line,
     "scaler_status": _hpa_line,
     "autoscaler_handed_back": lambda e: "the replica count handed back to the workload's scaler",
+    "scaler_held": lambda e: (
+        f"HPA {e.detail.get('hpa')} held at {e.detail.get('replicas')} (selectPolicy Disabled, "
+        f"min {e.detail.get('minReplicas')}, max {e.detail.get('maxReplicas')})"
+    ),
+    "engine_container": lambda e: (
+        f"the engine is container {e.detail.get('container')} (port {e.detail.get('port')}): "
+        f"{e.detail.get('why')}"
+    ),
+    "owned": lambda e: f"WARNING: managed by {e.detail.get('owner')}; acting anyway",
     "restored": lambda e: "restored what the scenario changed",
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -253,52 +254,48 @@ def test_scale_down_by_the_real_scaler_names_the_pod_removed_and_why(
     assert summary["verdict"] == ("pass" if fin["status"] == "pass" else "fail"), summary["checks"]
 
 
-def test_an_hpa_that_reverts_the_harness_count_is_named_and_the_run_is_inconclusive(
+def test_a_writer_that_reverts_the_harness_count_is_named_and_the_run_is_inconclusive(
     kube_local, scalers, namespace, tmp_path
 ):
-    """kube.scaler=harness with an HPA left on the Deployment: the harness removes one of
-    two replicas, the HPA controller puts it back (minReplicas 2). That fight is on the
-    timeline, by name, and the run says it proved nothing (it used to pass)."""
+    """kube.scaler=harness with another controller on the Deployment that rollcheck cannot
+    hold (an HPA it holds: tests/kube/test_production_shapes.py): the harness removes one
+    of two replicas, the other controller puts it back. That fight is on the timeline,
+    by its field manager's name, and the run says it proved nothing (it used to pass)."""
     ingress = deploy(kube_local, namespace, replicas=2)
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "rollcheck-sim"},
-        "spec": {
-            "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": "rollcheck-sim",
-            },
-            "minReplicas": 2,
-            "maxReplicas": 4,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": 80},
-                    },
-                }
-            ],
-        },
-    }
-    client.AutoscalingV2Api(kube_local.api).create_namespaced_horizontal_pod_autoscaler(
-        namespace, hpa
-    )
-    r, summaries = run_scenarios(
-        tmp_path / "reports",
-        "scale_down",
-        *kube_sets(kube_local, namespace, ingress, replicas=2),
-        "kube.scaler=harness",
-        "scenario.recovery_s=20",  # the HPA puts the replica back within its 15 s sync
-        options=options(kube_local),
-    )
+    apps = client.AppsV1Api(kube_local.api)
+    stop = threading.Event()
+
+    def another_controller() -> None:  # keeps 2 replicas, as a foreign autoscaler would
+        while not stop.wait(1.0):
+            try:
+                if apps.read_namespaced_deployment("rollcheck-sim", namespace).spec.replicas == 1:
+                    apps.patch_namespaced_deployment(
+                        "rollcheck-sim",
+                        namespace,
+                        {"spec": {"replicas": 2}},
+                        field_manager="another-autoscaler",
+                    )
+            except client.ApiException:
+                pass
+
+    fighter = threading.Thread(target=another_controller, daemon=True)
+    fighter.start()
+    try:
+        r, summaries = run_scenarios(
+            tmp_path / "reports",
+            "scale_down",
+            *kube_sets(kube_local, namespace, ingress, replicas=2),
+            "kube.scaler=harness",
+            "scenario.recovery_s=20",
+            options=options(kube_local),
+        )
+    finally:
+        stop.set()
+        fighter.join(5)
     (summary,) = summaries
     checks = {c["name"]: c for c in summary["checks"]}
     fight = checks["scaler_did_not_fight"]
     assert fight["status"] == "inconclusive", (fight, r.stdout[-2000:])
-    said = "HorizontalPodAutoscaler/rollcheck-sim set replicas 1 -> 2"
-    assert said in fight["reason"], fight
+    assert "another-autoscaler" in fight["reason"] and "1 -> 2" in fight["reason"], fight
     assert summary["verdict"] in ("inconclusive", "fail"), summary["verdict"]
     assert any("against the count the harness held (1)" in w for w in rows(summary)), rows(summary)

@@ -164,8 +164,11 @@ class Actions:
 
     def scale(self, replicas: int) -> None:
         self.c.action("scale", replicas=replicas)
+        hpas = self.record_hpas()
         self.restore.mark_pending()
         self.scaling.hold(replicas)  # until handed back: a scaler changing it fights us
+        for name in hpas:
+            self.hold_hpa(name, replicas)
         for so in self.c.scaled_objects():
             # KEDA owns the replica count: pause it at the wanted count instead of fighting it.
             self.c.keda_pause(so, str(replicas))
@@ -177,6 +180,39 @@ class Actions:
             )
         except ApiException as exc:
             raise self.c.error(exc, "patch", "deployments/scale", self.c.deployment) from None
+
+    def record_hpas(self) -> list[str]:
+        """The Deployment's HPAs, each recorded (spec and field managers) for the restore
+        before the first hold."""
+        found = self.c.hpas(full=True)
+        for h in found:
+            name = h["metadata"]["name"]
+            if name not in self.s.hpa_held:
+                self.s.hpa_held[name] = {
+                    "spec": h["spec"],
+                    "managedFields": h["metadata"].get("managedFields") or [],
+                }
+        return [h["metadata"]["name"] for h in found]
+
+    def hold_hpa(self, name: str, replicas: int) -> None:
+        """An HPA holds the count by the documented means: both directions' selectPolicy
+        Disabled, and minReplicas/maxReplicas widened so the count is inside them (they are
+        enforced at every sync, selectPolicy or not). To zero, min stays: a target at 0
+        replicas deactivates the HPA (ScalingActive False) until the restore."""
+        spec = self.s.hpa_held[name]["spec"]
+        low = spec.get("minReplicas", 1)
+        body = {
+            "spec": {
+                "minReplicas": min(low, replicas) if replicas > 0 else low,
+                "maxReplicas": max(spec["maxReplicas"], replicas),
+                "behavior": {
+                    "scaleUp": {"selectPolicy": "Disabled"},
+                    "scaleDown": {"selectPolicy": "Disabled"},
+                },
+            }
+        }
+        self.c.hpa_patch(name, body)
+        self.c.emit("scaler_held", hpa=name, replicas=replicas, **body["spec"])
 
     def workload_scalers(self) -> list[str]:
         return [f"ScaledObject/{n}" for n in self.c.scaled_objects()] + [
@@ -230,6 +266,7 @@ class Actions:
         kind = "autoscaler" if as_act else "scaler_watch"
         self.c.action(kind, mode="cluster", keda=keda, hpa=hpas)
         self.scaling.release()
+        self.restore.put_back_hpas()  # each decides from its own metrics again
         for so in keda:
             if hold_scale_in:
                 self.c.keda_patch(so, {KEDA_PAUSE: None, KEDA_PAUSE_SCALE_IN: "true"})

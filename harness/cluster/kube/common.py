@@ -120,6 +120,7 @@ class Cluster:
         self.policy = client.PolicyV1Api(api)
         self.discovery = client.DiscoveryV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.autoscaling = client.AutoscalingV2Api(api)
 
     def emit(self, kind: str, **detail) -> Event:
         return self.events.emit(kind, **detail)
@@ -173,8 +174,10 @@ class Cluster:
             items = self.custom.list_namespaced_custom_object(
                 "keda.sh", "v1alpha1", self.ns, "scaledobjects"
             )["items"]
-        except ApiException:
-            return []  # no KEDA here
+        except ApiException as exc:
+            if exc.status == 403:
+                raise self.error(exc, "list", "scaledobjects.keda.sh", "ScaledObjects") from None
+            return []  # no KEDA here (404: its CRD is not installed)
         mine = [
             o
             for o in items
@@ -182,22 +185,50 @@ class Cluster:
         ]
         return mine if full else [o["metadata"]["name"] for o in mine]
 
-    def hpas(self) -> list[str]:
-        """The HorizontalPodAutoscalers whose target is the Deployment."""
+    def hpas(self, full: bool = False) -> list:
+        """The HorizontalPodAutoscalers whose target is the Deployment (names; full: the
+        objects as the API's JSON), less those a KEDA ScaledObject owns (KEDA's pause
+        holds them). A refused read is one line naming it, never "no scaler"."""
         try:
-            items = (
-                client.AutoscalingV2Api(self.api)
-                .list_namespaced_horizontal_pod_autoscaler(self.ns)
-                .items
-            )
-        except ApiException:
-            return []
-        return [
-            h.metadata.name
+            items = self.autoscaling.list_namespaced_horizontal_pod_autoscaler(self.ns).items
+        except ApiException as exc:
+            raise self.error(
+                exc, "list", "horizontalpodautoscalers", f"HPAs in {self.ns}"
+            ) from None
+        mine = [
+            self.api.sanitize_for_serialization(h)
             for h in items
             if h.spec.scale_target_ref.kind == "Deployment"
             and h.spec.scale_target_ref.name == self.deployment
+            and not any(o.kind == "ScaledObject" for o in h.metadata.owner_references or [])
         ]
+        return mine if full else [h["metadata"]["name"] for h in mine]
+
+    def hpa_patch(self, name: str, body) -> None:
+        try:
+            self.autoscaling.patch_namespaced_horizontal_pod_autoscaler(name, self.ns, body)
+        except ApiException as exc:
+            raise self.error(
+                exc, "patch", "horizontalpodautoscalers", f"HorizontalPodAutoscaler {name}"
+            ) from None
+
+    def hpa_put_back(self, name: str, original: dict) -> bool:
+        """The HPA's spec and its field managers exactly as recorded (a replace of each,
+        in that order: the second changes no field, so it leaves no manager of ours).
+        False when the HPA is gone."""
+        try:
+            self.autoscaling.read_namespaced_horizontal_pod_autoscaler(name, self.ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        self.hpa_patch(name, [{"op": "replace", "path": "/spec", "value": original["spec"]}])
+        managed = original.get("managedFields")
+        if managed:
+            self.hpa_patch(
+                name, [{"op": "replace", "path": "/metadata/managedFields", "value": managed}]
+            )
+        return True
 
     def keda_patch(self, name: str, annotations: dict) -> None:
         self.custom.patch_namespaced_custom_object(
@@ -226,6 +257,9 @@ class Shared:
     marked: bool = False  # the restore record is on the Deployment: Restore.mark_pending
     cordoned: list[str] = field(default_factory=list)  # nodes: the actions; the restore clears
     keda_paused: list[str] = field(default_factory=list)  # ScaledObjects: the same
+    # HPAs held (selectPolicy Disabled, min/max around the count): name -> their spec and
+    # managedFields before; Actions.hold_hpas records, hand_back and the restore put back
+    hpa_held: dict = field(default_factory=dict)
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

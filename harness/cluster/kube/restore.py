@@ -35,11 +35,21 @@ class Restore:
     def mark_pending(self) -> None:
         """Write (or rewrite) what to put back before changing anything."""
         self.s.marked = True
-        note = json.dumps(self.s.original | {"cordoned": self.s.cordoned})
+        note = json.dumps(self.s.original | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held})
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
+    def put_back_hpas(self) -> list[str]:
+        """Every HPA held, as it was (spec and field managers); what was put back."""
+        done = []
+        for name, original in list(self.s.hpa_held.items()):
+            if self.c.hpa_put_back(name, original):
+                done.append(f"HorizontalPodAutoscaler {name} as it was")
+            del self.s.hpa_held[name]
+        return done
+
     def restore(self) -> list[str]:
-        """Put back replicas, the pod template, the strategy, cordons and KEDA pauses."""
+        """Put back replicas, the pod template, the strategy, cordons, KEDA pauses and the
+        HPAs held."""
         c, s = self.c, self.s
         done: list[str] = []
         orig = s.original
@@ -75,6 +85,7 @@ class Restore:
             c.keda_pause(so, None)
             done.append(f"unpaused ScaledObject {so}")
             s.keda_paused.remove(so)
+        done += self.put_back_hpas()
         self.release()  # the count is the cluster's scalers' again
         c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         c.emit("restored", what=done)
@@ -114,6 +125,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
         shared = Shared(
             original={k: orig[k] for k in ("replicas", "template", "strategy", "run")},
             cordoned=list(orig.get("cordoned", [])),
+            hpa_held=dict(orig.get("hpas", {})),
             keda_paused=c.scaled_objects(),
         )
         try:
