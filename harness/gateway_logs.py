@@ -96,8 +96,12 @@ ENVOY_ERRORS = {
 # %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%
 # %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%"
 # "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"  (Envoy's default format)
+# Istio's TEXT format (meshConfig.accessLogFile) is Envoy's with three fields after the
+# flags (%RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS%
+# "%UPSTREAM_TRANSPORT_FAILURE_REASON%") and more after the upstream host.
 ENVOY_DEFAULT = re.compile(
     r'^\[(?P<start>[^\]]+)\] "(?P<request>[^"]*)" (?P<code>\d+) (?P<flags>\S+) '
+    r'(?:(?P<details>\S+) (?P<termination>\S+) "(?P<transport_failure>[^"]*)" )?'
     r"(?P<received>\d+|-) (?P<sent>\d+|-) (?P<duration>\d+|-) (?P<upstream_time>\S+) "
     r'"(?P<xff>[^"]*)" "(?P<agent>[^"]*)" "(?P<req_id>[^"]*)" "(?P<authority>[^"]*)" '
     r'"(?P<upstream>[^"]*)"'
@@ -209,22 +213,38 @@ class Unparsed:
         self.first = self.first or line[:300]
 
 
+# The access-log formats, by how a line starts: every reader goes through this one table
+# (a format added here is read everywhere: runs, shared-ingress run folders, the choice
+# of a gateway pod's container). JSON: rollcheck's nginx format, or Envoy's JSON (Envoy
+# Gateway, Istio); "[": Envoy's default text format; else ingress-nginx's upstreaminfo.
+_FORMATS = (("{", parse_json_line), ("[", parse_envoy_line), ("", parse_upstreaminfo_line))
+
+
+def parse_access_line(raw: str) -> GatewayLine:
+    """One access line in any known format; ValueError or KeyError when in none."""
+    first = raw.lstrip()[:1]
+    parse = next(f for start, f in _FORMATS if first == start or not start)
+    return parse(raw)
+
+
+def is_access_line(raw: str) -> bool:
+    try:
+        parse_access_line(raw)
+        return True
+    except (ValueError, KeyError):
+        return False
+
+
 def read_access_log(path: Path | None) -> tuple[list[GatewayLine], Unparsed]:
-    """Lines in either format, and the lines that matched neither."""
+    """Lines in any known format, and the lines that matched none."""
     lines, bad = [], Unparsed()
     if not path or not Path(path).exists():
         return lines, bad
     for raw in Path(path).read_text(errors="replace").splitlines():
         if not raw.strip():
             continue
-        first = raw.lstrip()[:1]
         try:
-            if first == "{":
-                lines.append(parse_json_line(raw))
-            elif first == "[":
-                lines.append(parse_envoy_line(raw))
-            else:
-                lines.append(parse_upstreaminfo_line(raw))
+            lines.append(parse_access_line(raw))
         except (ValueError, KeyError):
             bad.add(raw)
     return lines, bad
@@ -239,15 +259,7 @@ def keep_only_run_lines(access_path: Path, error_path: Path | None, ids: set, er
     kept = []
     for raw in text:
         try:
-            first = raw.lstrip()[:1]
-            line = (
-                parse_json_line(raw)
-                if first == "{"
-                else parse_envoy_line(raw)
-                if first == "["
-                else parse_upstreaminfo_line(raw)
-            )
-            ok = line.request_id in ids
+            ok = parse_access_line(raw).request_id in ids
         except (ValueError, KeyError):
             ok = False
         kept.append(raw) if ok else None
@@ -305,12 +317,26 @@ def attach_errors(access: list[GatewayLine], errors: list[ErrorLine]) -> list[Er
     return joined
 
 
+def engine_request_id(response_id: str | None) -> str | None:
+    """The request id the engine saw, from its response id: vLLM adopts the X-Request-Id
+    it receives as `chatcmpl-<id>` (`cmpl-<id>` for completions), and so does the
+    simulator."""
+    if not response_id:
+        return None
+    for prefix in ("chatcmpl-", "cmpl-"):
+        if response_id.startswith(prefix):
+            return response_id[len(prefix) :]
+    return None
+
+
 def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:
-    """Set record.gateway from the access line with the same request id; return matches."""
+    """Set record.gateway from the access line with the record's request id, or, where a
+    gateway replaced that id on the way (Envoy does at the edge unless told to keep
+    it), with the id the engine answered under (its response id); return matches."""
     by_id = {a.request_id: a for a in access if a.request_id}
     matched = 0
     for r in records:
-        line = by_id.get(r.request_id)
+        line = by_id.get(r.request_id) or by_id.get(engine_request_id(r.response_id) or "")
         if line is not None:
             r.gateway = line.to_dict()
             matched += 1

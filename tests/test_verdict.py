@@ -740,3 +740,60 @@ def test_a_sessions_verdict_is_its_worst_runs(verdicts, unreadable, want):
 
     assert overall(verdicts, unreadable) == want
     assert sorted(VERDICT_RANK, key=VERDICT_RANK.get) == ["pass", "skipped", "inconclusive", "fail"]
+
+
+def test_istio_text_and_envoy_gateway_json_lines_as_shipped():
+    """Literal lines in each project's default format. Istio's TEXT format
+    (istio.io docs, tasks/observability/logs/access-log: Envoy's default with the code
+    details, termination details and transport failure after the flags, and the
+    cluster and addresses after the upstream host); Envoy Gateway's default JSON
+    (gateway.envoyproxy.io, proxy observability: every value a string)."""
+    from harness.gateway_logs import parse_access_line
+
+    istio = (
+        '[2022-06-21T22:15:37.485Z] "GET /status/418 HTTP/1.1" 418 - via_upstream - "-" 0 135 '
+        '2 1 "-" "curl/7.83.1-DEV" "54aa5b6c-0fe8-9a98-8f08-4e6ffd86e0da" "httpbin:8000" '
+        '"10.44.1.11:80" outbound|8000||httpbin.foo.svc.cluster.local 10.44.1.10:55440 '
+        "10.0.2.16:8000 10.44.1.10:38788 - default"
+    )
+    line = parse_access_line(istio)
+    assert (line.request_id, line.status, line.upstream_addr, line.body_bytes_sent) == (
+        "54aa5b6c-0fe8-9a98-8f08-4e6ffd86e0da",
+        418,
+        "10.44.1.11:80",
+        135,
+    )
+    eg = {
+        "start_time": "2026-12-01T06:00:01.000Z",
+        "method": "POST",
+        "x-envoy-origin-path": "/v1/chat/completions",
+        "protocol": "HTTP/1.1",
+        "response_code": "200",
+        "response_flags": "UC",
+        "response_code_details": "upstream_reset_after_response_started{connection_termination}",
+        "connection_termination_details": "-",
+        "upstream_transport_failure_reason": "-",
+        "bytes_received": "180",
+        "bytes_sent": "4096",
+        "duration": "2500",
+        "x-envoy-upstream-service-time": "40",
+        "x-forwarded-for": "10.0.0.1",
+        "user-agent": "python-httpx/0.28.1",
+        "x-request-id": "req-eg-1",
+        ":authority": "gw.example",
+        "upstream_host": "10.244.1.9:8000",
+        "upstream_cluster": "httproute/llm/vllm/rule/0",
+        "upstream_local_address": "10.244.0.5:41234",
+        "downstream_local_address": "10.244.0.5:10080",
+        "downstream_remote_address": "10.0.0.1:51000",
+        "requested_server_name": "-",
+        "route_name": "httproute/llm/vllm/rule/0/match/0/gw_example",
+    }
+    line = parse_access_line(json.dumps(eg))
+    assert (line.request_id, line.status, line.upstream_addr, line.request_time_s) == (
+        "req-eg-1",
+        200,
+        "10.244.1.9:8000",
+        2.5,
+    )
+    assert line.flags == ["UC"] and "upstream prematurely closed" in line.errors[0]

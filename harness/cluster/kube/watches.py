@@ -76,6 +76,11 @@ class _Watch(threading.Thread):
         self.interrupt()
 
 
+# what the gateways name their proxy's container: Envoy Gateway and kgateway `envoy`,
+# ingress-nginx `controller`, Istio's gateways `istio-proxy`
+GATEWAY_CONTAINERS = ("envoy", "controller", "istio-proxy")
+
+
 def pod_view(pod, port: int, engine: str | None) -> PodView:
     return PodView(
         name=pod.metadata.name,
@@ -311,9 +316,20 @@ class Watches:
                 "app.kubernetes.io/name=ingress-nginx in ingress-nginx"
             )
         for pod in pods:
+            container = self._access_log_container(pod)
+            self.c.emit(
+                "gateway_log_followed",
+                gateway_pod=pod.metadata.name,
+                container=container or pod.spec.containers[0].name,
+            )
             try:
                 resp = self.c.core.read_namespaced_pod_log(
-                    pod.metadata.name, ns, follow=True, since_seconds=1, _preload_content=False
+                    pod.metadata.name,
+                    ns,
+                    container=container,
+                    follow=True,
+                    since_seconds=1,
+                    _preload_content=False,
                 )
             except ApiException as exc:
                 raise self.c.error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
@@ -326,6 +342,43 @@ class Watches:
             )
             self._gw_followers.append(follower)
             follower.start()
+
+    def _access_log_container(self, pod) -> str | None:
+        """The gateway pod's container whose log holds the access lines (None: its only
+        one). Reading a pod of several containers without naming one is an HTTP 400:
+        Envoy Gateway's pods run `envoy` and `shutdown-manager`. kube.gateway_pods_container
+        names it; else the container whose recent log has an access line in a known
+        format; else one named as the gateways name theirs."""
+        from harness.gateway_logs import is_access_line
+
+        names = [c.name for c in pod.spec.containers]
+        where = f"gateway pod {self.c.k.gateway_pods_namespace}/{pod.metadata.name}"
+        wanted = self.c.k.gateway_pods_container
+        if wanted:
+            if wanted not in names:
+                raise TargetError(
+                    f"kube.gateway_pods_container {wanted!r} is not a container of {where} "
+                    f"(it has {', '.join(names)}); set it to the one that logs access lines"
+                )
+            return wanted
+        if len(names) == 1:
+            return None
+        for name in names:
+            try:
+                text = self.c.core.read_namespaced_pod_log(
+                    pod.metadata.name, pod.metadata.namespace, container=name, tail_lines=50
+                )
+            except ApiException:
+                continue
+            if any(is_access_line(line) for line in (text or "").splitlines() if line.strip()):
+                return name
+        known = [n for n in names if n in GATEWAY_CONTAINERS]
+        if known:
+            return known[0]
+        raise TargetError(
+            f"{where} has containers {', '.join(names)} and no access line in their recent "
+            "logs to tell which is the gateway's; set kube.gateway_pods_container=NAME"
+        )
 
     def _follow_log(self, resp) -> None:
         from harness.gateway_logs import ERROR_LINE

@@ -285,11 +285,15 @@ class KubeLocal:
         self.ingresses.append(ing.start())
         return ing
 
-    def ingress_controller_pod(self, ing: EndpointSliceIngress, namespace: str) -> str:
+    def ingress_controller_pod(
+        self, ing: EndpointSliceIngress, namespace: str, shutdown_manager: bool = False
+    ) -> str:
         """A pod standing for ingress-nginx's controller: labelled as ingress-nginx labels
         its pods, and its container follows the ingress's access log (mounted from this
         machine), so its log through pods/log is the ingress's own, as on a cluster. The
-        ingress writes ingress-nginx's upstreaminfo format (ingress(access_format=...))."""
+        ingress writes ingress-nginx's upstreaminfo format (ingress(access_format=...)).
+        shutdown_manager: a second container listed first, as Envoy Gateway's pods have,
+        so that the pod's log must be read by container."""
         name = f"ingress-nginx-controller-{ing.service}"
         log = Path(ing.nginx.access_log).resolve()
         client.CoreV1Api(self.api).create_namespaced_pod(
@@ -300,12 +304,23 @@ class KubeLocal:
                     "dnsPolicy": "Default",
                     "terminationGracePeriodSeconds": 1,
                     "containers": [
+                        *(
+                            [
+                                {
+                                    "name": "shutdown-manager",
+                                    "image": f"{IMAGE}:v1",
+                                    "command": ["sleep", "infinity"],
+                                }
+                            ]
+                            if shutdown_manager
+                            else []
+                        ),
                         {
                             "name": "controller",
                             "image": f"{IMAGE}:v1",
                             "command": ["tail", "-n", "+1", "-F", f"/var/log/ingress/{log.name}"],
                             "volumeMounts": [{"name": "log", "mountPath": "/var/log/ingress"}],
-                        }
+                        },
                     ],
                     "volumes": [{"name": "log", "hostPath": {"path": str(log.parent)}}],
                 },
