@@ -156,3 +156,18 @@ def test_one_ip_held_by_several_pods_is_never_a_guess():
     rec = StreamRecord("r", "complete", T + 5, 1.0)
     correlate([rec], [GatewayLine("r", 200, "127.0.0.1:9003", "200", 1, 1.0, T + 6)], events)
     assert rec.pod is None
+
+
+def test_a_stream_whose_request_id_the_gateway_replaced_joins_by_the_engines_id():
+    """Envoy replaced x-request-id at the edge: the gateway logged its own id, and the
+    engine, which adopts the id it receives, answered as chatcmpl-<that id>."""
+    events = [created(0, "a", "10.0.0.7:8000")]
+    ours = StreamRecord("ours-1", "complete", T + 5, 1.0, response_id="chatcmpl-gw-77")
+    plain = StreamRecord("ours-2", "complete", T + 5, 1.0, response_id="chatcmpl-ours-2")
+    lost = StreamRecord("ours-3", "complete", T + 5, 1.0, response_id="chatcmpl-engine-own")
+    access = [
+        GatewayLine("gw-77", 200, "10.0.0.7:8000", "200", 10, 1.0, T + 6),
+        GatewayLine("ours-2", 200, "10.0.0.7:8000", "200", 10, 1.0, T + 6),
+    ]
+    assert correlate([ours, plain, lost], access, events) == 2
+    assert (ours.pod, plain.pod, lost.pod) == ("a", "a", None)
