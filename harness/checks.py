@@ -1330,6 +1330,15 @@ def canary_answers(result: dict) -> Check:
             f"{result['prompts_compared']} golden prompts on {result.get('candidate_pod')} "
             f"against {result.get('baseline_pod')} ({result['mode']} weights)"
         )
+        serving = result.get("candidate_pods_serving") or []
+        if len(serving) > 1:  # the rollout went on before the gate decided
+            return inconclusive(
+                name,
+                expected="one candidate pod serving while its answers are compared",
+                reason=f"{len(serving)} candidate pods served while the answers were compared "
+                f"({', '.join(serving)}): the rollout went on before the canary was judged, "
+                "so this was not a canary gate",
+            )
         if result["status"] == "inconclusive":
             return inconclusive(
                 name, expected=result["expected"], reason="; ".join(result["reasons"])

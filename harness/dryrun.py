@@ -148,6 +148,18 @@ class DryRunTarget(Target):
         changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
         self.action("rollout", to_version=version, engine=engine or {}, **changes)
 
+    def start_canary(self, version: str, engine: dict | None = None) -> None:
+        self.action(
+            "rollout", to_version=version, engine=engine or {}, max_surge="1",
+            max_unavailable="0", canary=True,
+        )  # fmt: skip
+
+    def promote_canary(self) -> None:
+        self.action("canary_promote")
+
+    def rollback_canary(self) -> None:
+        self.action("canary_rollback")
+
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self._own(name)
         self.action("evict", pod=name)

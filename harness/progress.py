@@ -69,9 +69,13 @@ def _action(e) -> str | None:
 
 ACTION_LINES: dict[str, Callable] = {
     "rollout": lambda e, d: (
-        f"act: rolling out {d.get('to_version') or d.get('version', '')}"
+        f"act: a canary of {d.get('to_version')}, held at one replica until judged"
+        if d.get("canary")
+        else f"act: rolling out {d.get('to_version') or d.get('version', '')}"
         + (f" ({d['max_surge']}/{d['max_unavailable']})" if "max_surge" in d else "")
     ),
+    "canary_promote": lambda e, d: "the canary is promoted: the rollout goes on",
+    "canary_rollback": lambda e, d: "the canary is rolled back to the baseline's template",
     "evict": lambda e, d: f"act: evicting {_pod(e)}",
     "drain_node": lambda e, d: f"act: draining node {e.node or d.get('node', '?')}",
     "kill": lambda e, d: f"act: {d.get('signal', 'kill')} to {_pod(e)}",
@@ -141,6 +145,9 @@ EVENT_LINES: dict[str, Callable] = {
         f"{e.detail.get('why')}"
     ),
     "owned": lambda e: f"WARNING: managed by {e.detail.get('owner')}; acting anyway",
+    "canary_held": lambda e: (
+        f"the rollout is held at one candidate pod of {e.version or e.detail.get('version')}"
+    ),
     "restored": lambda e: "restored what the scenario changed",
 }
 

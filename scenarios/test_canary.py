@@ -1,16 +1,20 @@
 """Canary: one replica of a new version under the usual streaming load; its answers to
 golden prompts are compared with the baseline's (greedy, each pod asked directly, not
-through the gateway). Agreeing answers promote the canary (the rollout completes);
-diverging answers roll it back. Every stream is judged as in every scenario, and the
+through the gateway). The rollout holds at that one candidate pod until judged:
+agreeing answers promote the canary (the rollout goes on to every replica); diverging
+answers roll it back to the baseline's template. Every stream is judged as in every scenario, and the
 worst prompts are shown side by side in report.html.
 
 A bad model answers 200 at normal latency and passes every probe: only its answers show
 it. `--set canary.engine.degraded=true` makes the simulator's canary such a model.
 """
 
+import time
+
 import pytest
 
 from harness import canary, checks
+from harness.timeline import pods_ready_of
 
 
 @pytest.mark.canary
@@ -32,19 +36,21 @@ def test_canary(scenario):
     baseline_pod = scenario.target.ready_pods()[0]
     baseline = scenario.ask(baseline_pod, prompts)
 
-    # act: one canary replica of the new version (surge 1, nothing taken down first)
-    scenario.target.rollout(version, engine=engine, max_surge="1", max_unavailable="0")
+    # act: one canary replica of the new version, the rollout held there until judged
+    scenario.target.start_canary(version, engine=engine)
     canary_pod = scenario.wait_version_ready(version, cfg.ready_s)
+    asked_at = time.time()
     candidate = scenario.ask(canary_pod, prompts)
+    serving = pods_ready_of(scenario.target.events(), version, asked_at, time.time())
     result = canary.compare(prompts, baseline, candidate, cfg.mode, cfg.min_agreement)
 
-    # promote, or roll back to the baseline's settings
+    # promote (the rollout goes on), or roll back (the baseline's template)
     if result.status == "pass":
         action = "promoted"
+        scenario.target.promote_canary()
     else:
         action = "rolled back"
-        back = {k: getattr(scenario.cfg.engine, k) for k in engine}
-        scenario.target.rollout(scenario.cfg.version, engine=back)
+        scenario.target.rollback_canary()
     scenario.wait_rollout()
     scenario.wait_recovered()
     scenario.cool_down()
@@ -52,6 +58,7 @@ def test_canary(scenario):
     scenario.extras["canary"] = result.to_dict() | {
         "baseline_pod": baseline_pod.name,
         "candidate_pod": canary_pod.name,
+        "candidate_pods_serving": serving,
         "action": action,
     }
     scenario.judge(checks.canary_answers(scenario.extras["canary"]))

@@ -212,3 +212,34 @@ def test_the_argo_rollouts_example_runs_a_valid_command_on_valid_prompts(tmp_pat
     ns = build_parser().parse_args(filled)
     assert (ns.mode, ns.min_agreement) == ("same", 0.9)
     assert [p.id for p in load_prompts(ns.prompts)] == ["capital", "arithmetic", "code", "long"]
+
+
+@pytest.mark.unit
+def test_the_candidate_pods_serving_while_compared_are_counted_from_the_timeline():
+    """A canary gate holds at one candidate pod; a rollout that went on before the
+    comparison ended had several, and the check says it was no gate."""
+    from harness.checks import canary_answers
+    from harness.events import Event
+    from harness.timeline import pods_ready_of
+
+    def ev(t, kind, pod, version):
+        return Event(t, kind, pod, None, version, {})
+
+    events = [
+        ev(1, "ready", "base-1", "v1"),
+        ev(10, "ready", "cand-1", "v2"),
+        ev(12, "ready", "cand-2", "v2"),  # the rollout went on while asking (11..20)
+        ev(30, "ready", "cand-3", "v2"),  # after the comparison: not counted
+        ev(5, "ready", "old-cand", "v2"),
+        ev(8, "pod_removed", "old-cand", "v2"),  # gone before the asking began
+    ]
+    assert pods_ready_of(events, "v2", since=11, until=20) == ["cand-1", "cand-2"]
+    result = {
+        "status": "pass", "mode": "same", "prompts_compared": 8, "observed": "8 of 8 agree",
+        "expected": "agreement >= 0.9", "reasons": [], "candidate_pod": "cand-1",
+        "baseline_pod": "base-1", "candidate_pods_serving": ["cand-1", "cand-2"],
+    }  # fmt: skip
+    r = canary_answers(result)(None)
+    assert r.status == "inconclusive"
+    assert r.reason.startswith("2 candidate pods served while the answers were compared")
+    assert canary_answers(result | {"candidate_pods_serving": ["cand-1"]})(None).status == "pass"

@@ -520,3 +520,27 @@ def test_the_gateway_names_each_streams_pod_while_it_streams(target_factory, tmp
         # the expected end is the stream's own pace carried on: after its send, and before
         # it ended plus its own length again (a slowed machine only ends it later)
         assert r.sent_at < ends_at < r.sent_at + 2 * r.duration_s + 1, (ends_at, r)
+
+
+@pytest.mark.parametrize("decision", ["promote", "rollback"])
+def test_a_canary_holds_at_one_candidate_pod_until_judged(target_factory, decision):
+    """start_canary makes one candidate beside the baseline and the rollout holds there
+    (it went on to every replica within about 2 s before, before any answer was
+    compared); promote lets it go on, rollback gives the baseline's template back."""
+    t = target_factory(replicas=3)
+    t.start_canary("v2")
+    t.wait_for(lambda: [p for p in t.ready_pods() if p.version == "v2"], 30, "the candidate")
+    time.sleep(3)  # a rollout that was not held would have replaced a baseline pod by now
+    versions = sorted(p.version for p in t.pods() if not p.terminating)
+    assert versions == ["v1", "v1", "v1", "v2"], versions
+    assert not t.rollout_done()
+    if decision == "promote":
+        t.promote_canary()
+        t.wait_for(t.rollout_done, 60, "the rollout")
+        t.wait_settled(3, 30)
+        assert {p.version for p in t.pods()} == {"v2"}
+    else:
+        t.rollback_canary()
+        t.wait_for(t.rollout_done, 60, "the rollback")
+        t.wait_settled(3, 30)
+        assert {p.version for p in t.pods()} == {"v1"}

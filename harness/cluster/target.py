@@ -145,6 +145,11 @@ class Target(abc.ABC):
     def gateway_logs(self) -> tuple[Path | None, Path | None]:
         """Paths of the gateway's access and error logs (None when not available)."""
 
+    def engine_logs(self) -> dict[str, Path]:
+        """Each pod's engine log the run kept (pod name -> file), for the engines' own
+        request lines (harness.engine_logs); none by default."""
+        return {}
+
     @abc.abstractmethod
     def action(self, kind: str, **detail) -> Event:
         """Record a scenario action on the event timeline."""
@@ -162,6 +167,19 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def rollout_done(self) -> bool: ...
+
+    # A canary is one replica until judged: the rollout starts (surge 1, nothing taken
+    # down) and holds at its first candidate pod (on Kubernetes a paused Deployment whose
+    # minReadySeconds keeps the controller from moving on before the pause lands), then
+    # goes on to every replica (promote) or gives the baseline's template back (rollback).
+    @abc.abstractmethod
+    def start_canary(self, version: str, engine: dict | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def promote_canary(self) -> None: ...
+
+    @abc.abstractmethod
+    def rollback_canary(self) -> None: ...
 
     @abc.abstractmethod
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None: ...

@@ -327,6 +327,17 @@ CANARY_PROFILE = (
 )
 
 
+def _candidates_line(serving: list | None) -> str:
+    """How many candidate pods served while the answers were compared (one: a gate)."""
+    if serving is None:
+        return ""
+    n = len(serving)
+    pods = ", ".join(f"<code>{_e(p)}</code>" for p in serving)
+    return f"<p>Candidate pods serving while the answers were compared: <b>{n}</b> ({pods})" + (
+        "; the rollout held at one until judged.</p>" if n == 1 else ".</p>"
+    )
+
+
 def _canary_section(c: dict | None) -> str:
     """The canary's answers next to the baseline's: the worst prompts side by side."""
     if not c:
@@ -337,6 +348,7 @@ def _canary_section(c: dict | None) -> str:
         f"<code>{_e(c.get('baseline_pod'))}</code> (baseline) and "
         f"<code>{_e(c.get('candidate_pod'))}</code> (canary) directly; mode "
         f"<b>{_e(c['mode'])}</b> weights. {_e(c['observed'])}.</p>"
+        + _candidates_line(c.get("candidate_pods_serving"))
     )
     reasons = "".join(f"<li>{_e(r)}</li>" for r in c.get("reasons") or [])
     rows = "".join(

@@ -176,6 +176,7 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
     assert index.exists()
     canary = next(s for s in summaries if s["scenario"] == "canary")["canary"]
     assert canary["action"] == "promoted" and canary["agreement"] == 1.0
+    assert canary["candidate_pods_serving"] == [canary["candidate_pod"]]
 
 
 def test_a_drain_as_long_as_the_answer_survives_a_blind_scale_down(tmp_path):
@@ -224,10 +225,17 @@ def test_a_degraded_canary_is_caught_and_rolled_back(tmp_path, mode):
     assert c["action"] == "rolled back" and c["status"] == "fail"
     worst = c["worst"][0]
     assert worst["baseline"] and worst["candidate"] and worst["baseline"] != worst["candidate"]
-    rollouts = [e for e in summary_actions(tmp_path) if e.get("action") == "rollout"]
-    assert [r["to_version"] for r in rollouts] == ["v2", "v1"]  # the restoring rollback
+    actions = summary_actions(tmp_path)
+    rollouts = [e for e in actions if e.get("action") == "rollout"]
+    assert [(r["to_version"], r.get("canary")) for r in rollouts] == [("v2", True)]
+    assert [e["action"] for e in actions if e["action"].startswith("canary_")] == [
+        "canary_rollback"  # the baseline's template back
+    ]
+    # one candidate pod served while its answers were compared: the rollout held there
+    assert c["candidate_pods_serving"] == [c["candidate_pod"]], c["candidate_pods_serving"]
     page = next(tmp_path.glob("*/*/report.html")).read_text()
     assert "Canary answers: FAIL, rolled back" in page and html.escape(worst["differed"]) in page
+    assert "Candidate pods serving while the answers were compared: <b>1</b>" in page
 
 
 def summary_actions(reports: Path) -> list[dict]:

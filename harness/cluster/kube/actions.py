@@ -30,6 +30,12 @@ from harness.cluster.target import (
     strategy_changes,
 )
 from harness.sim.settings import flag_name
+from harness.waits import wait_until
+
+# a canary's candidate is not "available" for this long, so the Deployment controller
+# takes no step past it before the pause lands (minReadySeconds is an int32)
+CANARY_HOLD_S = 86_400
+CANARY_POD_S = 60.0  # the longest the controller may take to make the candidate's pod
 
 
 class Actions:
@@ -47,6 +53,7 @@ class Actions:
     ):
         self.c, self.s, self.restore, self.scaling, self.pods = c, shared, restore, scaling, pods
         self.rolling = False  # a rollout of ours is in progress
+        self.canary_baseline: dict = {}  # start_canary: the template and minReadySeconds before
 
     def check_own_pod(self, name: str) -> PodView:
         for p in self.pods():
@@ -59,6 +66,17 @@ class Actions:
         self.c.action("rollout", to_version=version, engine=engine or {}, **changes)
         self.restore.mark_pending()
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
+        body = self._rollout_body(dep, version, engine, max_surge, max_unavailable)
+        if min_ready_s is not None:
+            body["spec"]["minReadySeconds"] = int(min_ready_s)
+        self.rolling = self.scaling.rolling = True
+        self.c.emit("rollout_started", version=version)
+        self.c.patch_deployment(body)
+
+    def _rollout_body(self, dep, version, engine, max_surge, max_unavailable) -> dict:
+        """The patch that rolls the Deployment to `version` (its engine container's image
+        when kube.image is set, its args for `engine`, the version label, a restart
+        annotation) with the strategy's changes."""
         c = engine_of(dep.spec.template.spec, self.s.engine)
         container = {"name": c.name}
         if self.c.cfg.kube.image:
@@ -92,11 +110,71 @@ class Actions:
             if max_unavailable is not None:
                 ru["maxUnavailable"] = _int_or_str(max_unavailable)
             body["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": ru}
-        if min_ready_s is not None:
-            body["spec"]["minReadySeconds"] = int(min_ready_s)
+        return body
+
+    def start_canary(self, version: str, engine: dict | None = None) -> None:
+        """One candidate pod beside the baseline, and the rollout held there: the template
+        change with surge 1 and nothing unavailable, and a minReadySeconds the controller
+        cannot wait out (a new pod is not available, so it takes no next step), in one
+        patch; then the Deployment is paused once the candidate ReplicaSet has its pod (a
+        pause in the same patch would stop the controller before it made one). Pausing
+        after the pod is Ready alone races the controller (docs/facts.md)."""
+        self.c.action(
+            "rollout", to_version=version, engine=engine or {}, max_surge="1",
+            max_unavailable="0", canary=True,
+        )  # fmt: skip
+        self.restore.mark_pending()
+        dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
+        self.canary_baseline = {
+            "template": self.c.api.sanitize_for_serialization(dep.spec.template),
+            "minReadySeconds": dep.spec.min_ready_seconds or 0,
+        }
+        body = self._rollout_body(dep, version, engine, "1", "0")
+        body["spec"]["minReadySeconds"] = CANARY_HOLD_S
         self.rolling = self.scaling.rolling = True
-        self.c.emit("rollout_started", version=version)
+        self.c.emit("rollout_started", version=version, canary=True)
         self.c.patch_deployment(body)
+        wait_until(
+            lambda: any(p.version == version for p in self.pods()),
+            CANARY_POD_S,
+            f"the candidate ReplicaSet's pod of version {version}",
+            error=lambda message: TargetError(f"canary: {message}"),
+        )
+        self.c.patch_deployment({"spec": {"paused": True}})
+        self.c.emit("canary_held", version=version, pods=1)
+
+    def promote_canary(self) -> None:
+        """The held rollout goes on to every replica, at the Deployment's own pace."""
+        self.c.action("canary_promote")
+        self.c.patch_deployment(
+            {"spec": {"paused": False, "minReadySeconds": self.canary_baseline["minReadySeconds"]}}
+        )
+
+    def rollback_canary(self) -> None:
+        """The baseline's template back (as `kubectl rollout undo` would, which refuses a
+        paused Deployment), resumed, its minReadySeconds as it was: the candidate
+        ReplicaSet is scaled away and nothing else is touched."""
+        self.c.action("canary_rollback")
+        base = self.canary_baseline
+        try:
+            self.c.apps.patch_namespaced_deployment(
+                self.c.deployment,
+                self.c.ns,
+                [
+                    {"op": "replace", "path": "/spec/template", "value": base["template"]},
+                    {"op": "add", "path": "/spec/paused", "value": False},
+                    {
+                        "op": "add",
+                        "path": "/spec/minReadySeconds",
+                        "value": base["minReadySeconds"],
+                    },
+                ],
+            )
+        except ApiException as exc:
+            raise self.c.error(
+                exc, "patch", "deployments", f"deployment {self.c.deployment}"
+            ) from None
+        self.rolling = self.scaling.rolling = True
 
     def rollout_done(self) -> bool:
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)

@@ -29,6 +29,8 @@ class Restore:
             "replicas": dep.spec.replicas,
             "template": api.sanitize_for_serialization(dep.spec.template),
             "strategy": api.sanitize_for_serialization(dep.spec.strategy),
+            "paused": bool(dep.spec.paused),
+            "minReadySeconds": dep.spec.min_ready_seconds or 0,
             "run": self.c.run_dir.name,
         }
 
@@ -64,6 +66,13 @@ class Restore:
         if c.api.sanitize_for_serialization(dep.spec.strategy) != orig["strategy"]:
             body["spec"]["strategy"] = orig["strategy"]
             done.append("rollout strategy")
+        # a canary holds the rollout: paused, with a minReadySeconds of a day
+        if bool(dep.spec.paused) != orig.get("paused", False):
+            body["spec"]["paused"] = orig.get("paused", False)
+            done.append("resumed" if not orig.get("paused") else "paused")
+        if (dep.spec.min_ready_seconds or 0) != orig.get("minReadySeconds", 0):
+            body["spec"]["minReadySeconds"] = orig.get("minReadySeconds", 0)
+            done.append(f"minReadySeconds {orig.get('minReadySeconds', 0)}")
         if dep.spec.replicas != orig["replicas"]:
             body["spec"]["replicas"] = orig["replicas"]
             done.append(f"replicas {dep.spec.replicas} -> {orig['replicas']}")
@@ -123,7 +132,8 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             return []
         orig = json.loads(note)
         shared = Shared(
-            original={k: orig[k] for k in ("replicas", "template", "strategy", "run")},
+            original={k: orig[k] for k in ("replicas", "template", "strategy", "run")}
+            | {k: orig[k] for k in ("paused", "minReadySeconds") if k in orig},
             cordoned=list(orig.get("cordoned", [])),
             hpa_held=dict(orig.get("hpas", {})),
             keda_paused=c.scaled_objects(),

@@ -67,6 +67,7 @@ class Controller:
         self._endpoints: tuple[str, ...] = ()
         self._capacity: tuple | None = None
         self._rolling = False
+        self.hold_new: int | None = None  # set_template(hold_new=...): a canary's hold
         self._idle_since: float | None = None
         self._prev_finished: dict[str, float] = {}
         self._stop = threading.Event()
@@ -91,15 +92,24 @@ class Controller:
     def wake(self) -> None:
         self._wake.set()
 
-    def set_template(self, template: Template, strategy=None) -> None:
+    def set_template(self, template: Template, strategy=None, hold_new: int | None = None) -> None:
+        """Roll to `template`. hold_new: the rollout holds once the new ReplicaSet has that
+        many pods, and takes no old one down (a paused Deployment, as a canary's), until
+        release_hold(); a later set_template releases it too."""
         with self.lock:
             if strategy is not None:
                 self.strategy = strategy
             self.template = template
+            self.hold_new = hold_new
             self._rolling = True
             self.events.emit(
                 "rollout_started", version=template.version, detail_strategy=str(self.strategy)
             )
+        self.wake()
+
+    def release_hold(self) -> None:
+        with self.lock:
+            self.hold_new = None
         self.wake()
 
     def scale(self, replicas: int, by: str = "user") -> None:
@@ -235,6 +245,12 @@ class Controller:
             return
         surge, unavailable = self.strategy.resolve(replicas)
         holding = len(self.pods) if self.strategy.gpu_bound else len(active)
+        if self.hold_new is not None:  # paused at the canary: the new pods it holds, no more
+            for _ in range(self.hold_new - len(new)):
+                if self._create() is None:
+                    break
+            self._record_capacity(active, now)
+            return
         # scale up the new ReplicaSet
         room = replicas + surge - holding
         if room > 0 and len(new) < replicas:

@@ -144,11 +144,26 @@ class LocalTarget(Target):
     def gateway_logs(self):
         return self.gateway.access_log, self.gateway.error_log
 
+    def engine_logs(self) -> dict[str, Path]:
+        """Every pod's process output (the kubelet's log of its container)."""
+        folder = self.run_dir / "pods"
+        return {e.pod: folder / f"{e.pod}.log" for e in self.events() if e.kind == "pod_created"}
+
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
 
     # --- actions -------------------------------------------------------------------
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
+        template, strategy = self._candidate(
+            version, engine, max_surge, max_unavailable, min_ready_s
+        )
+        changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
+        self.action("rollout", to_version=version, engine=engine or {}, **changes)
+        self.controller.set_template(template, strategy)
+
+    def _candidate(self, version, engine, max_surge, max_unavailable, min_ready_s):
+        """The template of `version` (the engine's settings changed by `engine`) and the
+        strategy with the changes asked for."""
         current = self.controller.template
         settings = current.engine
         if engine:
@@ -164,11 +179,27 @@ class LocalTarget(Target):
                 strategy, **{k: str(v) if k != "min_ready_s" else v for k, v in changes.items()}
             )
             Strategy.validate(strategy)
-        self.action("rollout", to_version=version, engine=engine or {}, **changes)
-        self.controller.set_template(Template(version, settings), strategy)
+        return Template(version, settings), strategy
 
     def rollout_done(self) -> bool:
         return self.controller.rollout_done()
+
+    def start_canary(self, version: str, engine: dict | None = None) -> None:
+        template, strategy = self._candidate(version, engine, "1", "0", None)
+        self.action(
+            "rollout", to_version=version, engine=engine or {}, max_surge="1",
+            max_unavailable="0", canary=True,
+        )  # fmt: skip
+        self._canary_baseline = self.controller.template
+        self.controller.set_template(template, strategy, hold_new=1)
+
+    def promote_canary(self) -> None:
+        self.action("canary_promote")
+        self.controller.release_hold()
+
+    def rollback_canary(self) -> None:
+        self.action("canary_rollback")
+        self.controller.set_template(self._canary_baseline)
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self.action("evict", pod=name)
