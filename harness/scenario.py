@@ -20,6 +20,7 @@ from harness import verdict as V
 from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig, Strategy
 from harness.engine_counts import EngineCounts
+from harness.engine_logs import served_by
 from harness.files import write_atomic
 from harness.gateway_logs import (
     attach_errors,
@@ -793,7 +794,8 @@ class Scenario:
         if logged and self.run_dir in Path(access_path).parents:
             # logs followed into the run folder (a shared ingress): this run's lines only
             keep_only_run_lines(access_path, error_path, ids, errors)
-        correlate(records, access, events)
+        engine_logs = self.target.engine_logs()
+        correlate(records, access, events, served_by(engine_logs) if engine_logs else None)
         write_jsonl(records, self.run_dir / "records.jsonl")  # now with pod, version, gateway
         _, unavailable = self.cfg.strategy.resolve(self.cfg.replicas)
         slo = self.cfg.slo
@@ -818,6 +820,7 @@ class Scenario:
             recovery_budget_s=self.cfg.scenario.recovery_s,
             scaler_idle_s=self.cfg.autoscaler.idle_s,
             gateway_logs=str(access_path) if logged else None,
+            engine_logs=len(engine_logs),
             unparsed_gateway_lines=unparsed.count,
             first_unparsed_line=unparsed.first,
             expect_broken_on_victims=expect_broken_on_victims,

@@ -8,11 +8,11 @@ the record streamed, when the disruption happened, how capacity moved.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.events import Event
-from harness.gateway_logs import GatewayLine, join_records
+from harness.gateway_logs import GatewayLine, engine_request_id, join_records
 from harness.streams import StreamRecord
 
 # What a scenario does to the target; the first one is "the disruption".
@@ -98,21 +98,52 @@ def trace(spans: dict[str, list[Span]], address: str | None, t: float):
 _FP = re.compile(r"^fp_(.+)$")
 
 
+TRACED_BY_ENGINE_LOG = "engine log"
+
+
 def correlate(
-    records: Sequence[StreamRecord], access: Sequence[GatewayLine], events: Sequence[Event]
+    records: Sequence[StreamRecord],
+    access: Sequence[GatewayLine],
+    events: Sequence[Event],
+    served_by: Mapping[str, str] | None = None,
 ) -> int:
-    """Fill record.gateway, .pod and .version; return how many records the gateway logged."""
+    """Fill record.gateway, .pod and .version; return how many records the gateway logged.
+    served_by (request id -> pod, from the engines' own request logs) traces what the
+    gateway's lines do not."""
     matched = join_records(list(records), list(access))
     spans = address_spans(events)
+    versions = {ev.pod: ev.version for ev in events if ev.kind == "pod_created" and ev.pod}
     for r in records:
         addr = (r.gateway or {}).get("upstream_addr")
         span, how = trace(spans, addr, r.sent_at)
         if span is not None:
             r.pod, r.version, r.traced_by = span.pod, span.version, how
+        elif served_by:
+            pod = served_by.get(r.request_id) or served_by.get(
+                engine_request_id(r.response_id) or ""
+            )
+            if pod is not None:
+                r.pod, r.version, r.traced_by = pod, versions.get(pod), TRACED_BY_ENGINE_LOG
         if r.version is None and r.system_fingerprint:
             m = _FP.match(r.system_fingerprint)
             r.version = m.group(1) if m else r.system_fingerprint
     return matched
+
+
+def pods_ready_of(events: Sequence[Event], version: str, since: float, until: float) -> list[str]:
+    """The pods of `version` that were ready at some time from `since` to `until` (a
+    canary's candidates while its answers were compared): ready before `until`, and
+    not removed before `since`."""
+    ready: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    for ev in events:
+        if ev.version != version or ev.pod is None:
+            continue
+        if ev.kind == "ready" and ev.t <= until:
+            ready.setdefault(ev.pod, ev.t)
+        elif ev.kind == "pod_removed":
+            gone.setdefault(ev.pod, ev.t)
+    return sorted(p for p in ready if gone.get(p, float("inf")) >= since)
 
 
 def steady_state_time(events: Sequence[Event]) -> float | None:

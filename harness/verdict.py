@@ -143,6 +143,7 @@ class RunData:
     slo_budgets: dict = field(default_factory=dict)  # {"ttft": {"before": 0.01, ...}, "itl": ...}
     predicted_rollout_s: float | None = None
     gateway_logs: str | None = None  # where gateway lines came from; None: no gateway logs
+    engine_logs: int = 0  # how many pods' engine logs were read for their request lines
     unparsed_gateway_lines: int = 0
     first_unparsed_line: str | None = None
     expect_broken_on_victims: bool = False  # pod_kill: the victim's own streams may break
@@ -222,8 +223,10 @@ def attribution(d: RunData) -> dict:
             how = r.traced_by or "unknown"
             by[how] = by.get(how, 0) + 1
             continue
-        if d.gateway_logs is None:
+        if d.gateway_logs is None and not d.engine_logs:
             reason = "no gateway logs"
+        elif d.gateway_logs is None:
+            reason = "no gateway logs, and no engine log line with its request id"
         elif r.gateway is None:
             reason = "no gateway line with its request id"
         else:
@@ -244,6 +247,7 @@ def attribution(d: RunData) -> dict:
         "why_untraced": why,
         "traced_by": by,
         "gateway_logs": d.gateway_logs,
+        "engine_logs": d.engine_logs,
         "unparsed_gateway_lines": d.unparsed_gateway_lines,
         "first_unparsed_line": d.first_unparsed_line,
         "text": text,

@@ -171,3 +171,43 @@ def test_a_stream_whose_request_id_the_gateway_replaced_joins_by_the_engines_id(
     ]
     assert correlate([ours, plain, lost], access, events) == 2
     assert (ours.pod, plain.pod, lost.pod) == ("a", "a", None)
+
+
+# vLLM 0.32's lines as its logger prints them (request_logger.py:66, async_llm.py:783)
+VLLM_RECEIVED = (
+    "(APIServer pid=4242) INFO 12-04 17:02:11 [request_logger.py:66] Received request "
+    "chatcmpl-{rid}: params: SamplingParams(n=1, presence_penalty=0.0, temperature=1.0, "
+    "max_tokens=64, seed=None), lora_request: None."
+)
+VLLM_ABORTED = (
+    "(APIServer pid=4242) INFO 12-04 17:02:12 [async_llm.py:783] Request chatcmpl-{rid} aborted."
+)
+
+
+def test_a_stream_no_gateway_logged_is_traced_by_the_engine_log_that_received_it(tmp_path):
+    from harness.engine_logs import received_ids, served_by
+    from harness.timeline import TRACED_BY_ENGINE_LOG
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(
+        VLLM_RECEIVED.format(rid="r1") + "\n" + VLLM_ABORTED.format(rid="r1") + "\n"
+        + VLLM_RECEIVED.format(rid="both") + "\n" + "x" * 200_000 + "\n"
+    )  # fmt: skip
+    b.write_text(VLLM_RECEIVED.format(rid="gw-9") + "\n" + VLLM_RECEIVED.format(rid="both") + "\n")
+    assert received_ids([VLLM_RECEIVED.format(rid="r1"), VLLM_ABORTED.format(rid="r1")]) == ["r1"]
+    served = served_by({"pod-a": a, "pod-b": b, "gone": tmp_path / "none.log"})
+    assert served == {"r1": "pod-a", "gw-9": "pod-b"}  # an id in two logs names neither
+    events = [created(0, "pod-a", "10.0.0.7:8000"), created(0, "pod-b", "10.0.0.8:8000")]
+    events[1] = Event(T, "pod_created", "pod-b", None, "v2", {"address": "10.0.0.8:8000"})
+    r1 = StreamRecord("r1", "complete", T + 5, 1.0)
+    r2 = StreamRecord("ours-2", "complete", T + 5, 1.0, response_id="chatcmpl-gw-9")
+    r3 = StreamRecord("both", "complete", T + 5, 1.0)
+    correlate([r1, r2, r3], [], events, served)
+    assert [(r.pod, r.version, r.traced_by) for r in (r1, r2, r3)] == [
+        ("pod-a", "v1", TRACED_BY_ENGINE_LOG),
+        ("pod-b", "v2", TRACED_BY_ENGINE_LOG),
+        (None, None, None),
+    ]
+    att = attribution(RunData([r1, r2, r3], events, [], [], 3, 2, 0, 30.0, 5.0, engine_logs=2))
+    assert att["traced_by"] == {TRACED_BY_ENGINE_LOG: 2}
+    assert att["why_untraced"] == {"no gateway logs, and no engine log line with its request id": 1}

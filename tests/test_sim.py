@@ -552,3 +552,31 @@ def test_bad_input_gets_vllm_errors(sim_factory, payload, status):
     r = httpx.post(sim.url + CHAT, content=payload)
     assert r.status_code == status
     assert r.json()["error"]["code"] == status and r.json()["error"]["message"]
+
+
+def test_with_enable_log_requests_the_simulator_logs_each_request_as_vllm_does(tmp_path):
+    """vLLM 0.32's line for an accepted request, under the id the engine answers with
+    (chatcmpl-<X-Request-Id>): the witness that traces a stream with no gateway log."""
+    import subprocess
+
+    from harness.engine_logs import received_ids
+    from harness.proc import sim_command, stop_group, wait_http
+
+    settings = SimSettings(port=free_port(), enable_log_requests=True)
+    log = tmp_path / "sim.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            sim_command(settings), start_new_session=True, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        url = f"http://127.0.0.1:{settings.port}"
+        wait_http(url + "/health", proc=proc)
+        body = {"model": "rollcheck-sim", "messages": [{"role": "user", "content": "hi"}]}
+        for rid in ("log-1", "log-2"):
+            r = httpx.post(url + "/v1/chat/completions", json=body, headers={"X-Request-Id": rid})
+            assert r.json()["id"] == f"chatcmpl-{rid}"
+    finally:
+        stop_group(proc, signal.SIGKILL)
+    lines = log.read_text().splitlines()
+    assert received_ids(lines) == ["log-1", "log-2"], lines
+    assert any("Received request chatcmpl-log-1: params: SamplingParams(" in x for x in lines)

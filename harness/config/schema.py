@@ -285,8 +285,14 @@ class Kube:
     # a Deployment another controller owns (an operator, Argo CD, Flux) reverts every
     # change mid-run: refused unless this is set, then acted on with a WARNING
     allow_owned: bool = False
+    # follow each engine pod's log (its engine container) into the run folder, so that a
+    # stream no gateway log traces is traced by the pod whose engine logged its id (vLLM's
+    # --enable-log-requests): auto (when no gateway log is given), always, never
+    engine_logs: str = "auto"
 
     def validate(self) -> None:
+        if self.engine_logs not in ("auto", "always", "never"):
+            raise ValueError("kube.engine_logs must be auto, always or never")
         if self.scaler not in ("cluster", "harness"):
             raise ValueError("kube.scaler must be cluster or harness")
         if self.pod_access not in ("auto", "direct", "proxy"):

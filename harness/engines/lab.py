@@ -91,6 +91,7 @@ def engine_command(
     core: int | None = None,
     max_num_seqs: int = 4,
     max_num_queued_reqs: int = 0,
+    log_requests: bool = False,
 ) -> tuple[list[str], dict]:
     """The command and environment of one engine of the kind, the same flags for both.
     vLLM runs with --enforce-eager: torch.compile changes none of what these tests observe
@@ -98,6 +99,7 @@ def engine_command(
     drain) and costs 25-65 s a start on these CPUs (docs/facts.md)."""
     if kind == "vllm":
         extra = ("--max-num-queued-reqs", str(max_num_queued_reqs)) if max_num_queued_reqs else ()
+        extra += ("--enable-log-requests",) if log_requests else ()
         cmd = vllm.serve_command(
             "127.0.0.1",
             port,
@@ -115,6 +117,7 @@ def engine_command(
     cmd += ["--max-model-len", str(MAX_MODEL_LEN)]
     cmd += ["--shutdown-timeout", str(shutdown_timeout_s), "--startup-s", "2"]
     cmd += ["--itl-s", "0.015", "--max-num-queued-reqs", str(max_num_queued_reqs)]
+    cmd += ["--enable-log-requests"] if log_requests else []
     return cmd, dict(os.environ)
 
 

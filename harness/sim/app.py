@@ -14,6 +14,7 @@ import json
 import os
 import random
 import resource
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -673,6 +674,12 @@ class SimApp:
             natural_max=self.s.max_answer_tokens,
             degraded=self.s.degraded,
         )
+        name = ("chatcmpl-" if req.chat else "cmpl-") + req.request_id
+        if self.s.enable_log_requests:  # vLLM 0.32's request_logger.py line
+            _log(
+                f"Received request {name}: params: SamplingParams(max_tokens={req.max_tokens}, "
+                f"seed={req.seed}), lora_request: None."
+            )
         stream = Stream(req.request_id)
         if self.engine.draining:
             stream.ending = Ending.ABORT  # vLLM: accepted during drain, then aborted
@@ -963,6 +970,12 @@ class StreamAnswer:
             }
             await self.emit(self.chunk(None, terminal=True, usage=usage))
         await self.emit(DONE)
+
+
+def _log(message: str) -> None:
+    """One line on stderr, in vLLM's logger's shape (the level and time first)."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"INFO {stamp} [rollcheck-sim] {message}", file=sys.stderr, flush=True)
 
 
 async def _watch_disconnect(receive: Receive, event: asyncio.Event, stream: Stream) -> None:

@@ -49,6 +49,7 @@ class SimSettings:
     max_num_queued_reqs: int = 0
     max_model_len: int = 0
     enable_request_id_headers: bool = False
+    enable_log_requests: bool = False
     sse_keep_alive_interval_s: float = 0.0
     send_timestamps: bool = False
     # per-process faults: a rate in [0, 1] for each kind, after N tokens
@@ -117,6 +118,8 @@ _HELP = {
     "max_model_len": "max_tokens above it is a 400 with param max_tokens (0: no limit)",
     "drain_health": "/health status while draining: 200 (vLLM) or 503",
     "enable_request_id_headers": "echo X-Request-Id in the response headers",
+    "enable_log_requests": "log 'Received request chatcmpl-<id>: params: ...' as each "
+    "request is accepted, as vLLM's --enable-log-requests",
     "sse_keep_alive_interval_s": "send ': keep-alive' comments every N s (0 = off)",
     "send_timestamps": "add the send time to each chunk (rollcheck_sent_at), for skew benchmarks",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",

@@ -44,8 +44,10 @@ def running_engine(request, tmp_path_factory, **flags):
 @pytest.fixture(scope="module", params=["vllm", "sim"])
 def one_slot(request, tmp_path_factory):
     """One sequence slot, one queue place (--max-num-queued-reqs 2 holds one waiting
-    request beside a running one, as measured), vLLM's default --shutdown-timeout 0."""
-    yield from running_engine(request, tmp_path_factory, max_num_seqs=1, max_num_queued_reqs=2)
+    request beside a running one, as measured), vLLM's default --shutdown-timeout 0; --enable-log-requests (it only adds log lines)."""
+    yield from running_engine(
+        request, tmp_path_factory, max_num_seqs=1, max_num_queued_reqs=2, log_requests=True
+    )
 
 
 # --- the experiments -----------------------------------------------------------------------
@@ -55,6 +57,26 @@ def test_startup_refuses_connections_then_answers_200(one_slot):
     # no 503 phase: the port is not served until the engine is built
     assert one_slot.seen_while_starting <= {"refused", 200}
     assert "refused" in one_slot.seen_while_starting
+
+
+def test_the_request_log_and_the_response_id_name_the_x_request_id(one_slot):
+    """What a stream with no gateway log is traced by: the engine answers under
+    chatcmpl-<X-Request-Id>, and with --enable-log-requests logs `Received request
+    chatcmpl-<X-Request-Id>: params: ...` as it accepts it (vLLM 0.32: request_logger.py)."""
+    from harness.engine_logs import received_ids
+
+    rid = f"conformance-log-{one_slot.kind}"
+    r = httpx.post(
+        one_slot.url + "/v1/chat/completions",
+        json=body(max_tokens=4, stream=False),
+        headers={"X-Request-Id": rid},
+        timeout=120,
+    )
+    assert r.status_code == 200 and r.json()["id"] == f"chatcmpl-{rid}", r.text[:300]
+    lines = one_slot.log.read_text(errors="replace").splitlines()
+    assert rid in received_ids(lines), [x for x in lines if "request" in x.lower()][-5:]
+    line = next(x for x in lines if f"chatcmpl-{rid}" in x)
+    assert f"Received request chatcmpl-{rid}: params: SamplingParams(" in line, line
 
 
 def test_wire_format(one_slot):

@@ -356,6 +356,8 @@ def test_drain_verdict_does_not_depend_on_gateway_logs(
         sets.append(
             f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]"
         )
+    else:  # no witness at all: the engines' request logs trace streams too (test below)
+        sets.append("kube.engine_logs=never")
     r, summaries = run_scenarios(
         tmp_path / "reports",
         "drain and pod",

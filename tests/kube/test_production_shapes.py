@@ -7,6 +7,7 @@ hold and judge as the plain deploy/sim does (docs/kube.md, "Production shapes").
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -269,3 +270,104 @@ def test_a_gateway_pod_of_two_containers_is_read_from_the_one_logging_access_lin
         wait_for(lambda: "during-1" in Path(access).read_text(), 30, "the followed line")
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("decision", ["promote", "rollback"])
+def test_a_canary_holds_at_one_candidate_pod_until_judged(
+    kube_local, namespace, tmp_path, decision
+):
+    """The canary's rollout went on to every pod within 2 s of the act, before any answer
+    was compared. Now the Deployment holds at one candidate pod (paused, minReadySeconds
+    out of reach) until promoted (the rollout goes on) or rolled back (the baseline's
+    template, resumed, nothing else touched); the restore leaves it unpaused."""
+    deploy(kube_local, namespace, sim_objects(replicas=3, pdb_min=1), replicas=3)
+    apps = client.AppsV1Api(kube_local.api)
+    before = apps.read_namespaced_deployment("rollcheck-sim", namespace)
+    template = kube_local.api.sanitize_for_serialization(before.spec.template)
+    cfg = load_config(
+        None,
+        [
+            f"kube.kubeconfig={kube_local.kubeconfig}",
+            f"kube.namespace={namespace}",
+            "replicas=3",
+            "kube.image=localhost/rollcheck/sim:{version}",
+        ],
+    )
+    t = KubeTarget(cfg, tmp_path / "run")
+    t.start()
+    try:
+        t.start_canary("v2")
+        t.wait_for(lambda: [p for p in t.ready_pods() if p.version == "v2"], 60, "the candidate")
+        time.sleep(5)  # an unheld rollout replaces a baseline pod within a second or two
+        live = sorted(p.version for p in t.pods() if not p.terminating)
+        assert live == ["v1", "v1", "v1", "v2"], live
+        dep = apps.read_namespaced_deployment("rollcheck-sim", namespace)
+        assert dep.spec.paused is True and dep.spec.min_ready_seconds == 86_400
+        if decision == "promote":
+            t.promote_canary()
+            want = "v2"
+        else:
+            t.rollback_canary()
+            want = "v1"
+        t.wait_for(
+            lambda: sorted(p.version for p in t.ready_pods()) == [want] * 3 and len(t.pods()) == 3,
+            90,
+            f"every pod {want}",
+        )
+        dep = apps.read_namespaced_deployment("rollcheck-sim", namespace)
+        assert not dep.spec.paused and not dep.spec.min_ready_seconds
+        if decision == "rollback":  # the baseline's template, exactly
+            assert kube_local.api.sanitize_for_serialization(dep.spec.template) == template
+    finally:
+        t.close()
+    dep = apps.read_namespaced_deployment("rollcheck-sim", namespace)
+    assert not dep.spec.paused and not dep.spec.min_ready_seconds
+    assert kube_local.api.sanitize_for_serialization(dep.spec.template) == template
+
+
+def test_a_degraded_canary_on_kube_is_judged_at_one_pod_and_rolled_back(
+    kube_local, namespace, tmp_path
+):
+    """The canary scenario on kube-local: its report shows one candidate pod serving
+    while the answers were compared, and a degraded model is rolled back there."""
+    ingress = deploy(kube_local, namespace, sim_objects(replicas=2, pdb_min=1))
+    r, summaries = run_scenarios(
+        tmp_path / "reports",
+        "canary",
+        *sets(kube_local, namespace, ingress),
+        "kube.image=localhost/rollcheck/sim:{version}",
+        "canary.engine.degraded=true",
+        options=options(kube_local),
+    )
+    (summary,) = summaries
+    c = summary["canary"]
+    assert c["action"] == "rolled back" and c["status"] == "fail", (c, r.stdout[-3000:])
+    assert c["candidate_pods_serving"] == [c["candidate_pod"]], c
+    page = (Path(summary["report"]).parent / "report.html").read_text()
+    assert "Candidate pods serving while the answers were compared: <b>1</b>" in page
+    held = [e for e in events_of(summary) if e["kind"] == "canary_held"]
+    assert len(held) == 1, held
+
+
+def test_without_gateway_logs_the_engines_request_logs_trace_a_drain(
+    kube_local, namespace, tmp_path
+):
+    """No gateway log given: each engine pod's log (its engine container, listed after a
+    proxy) is followed, and the pod whose engine logged `Received request
+    chatcmpl-<id>` (--enable-log-requests) served that stream. The drain is judged as
+    with the gateway's logs."""
+    objs = sim_objects(replicas=2, pdb_min=1, args=["--enable-log-requests"])
+    objs[0]["spec"]["template"]["spec"]["containers"].insert(0, PROXY)
+    ingress = deploy(kube_local, namespace, objs)
+    plain = [s for s in sets(kube_local, namespace, ingress) if "gateway_log_files" not in s]
+    r, summaries = run_scenarios(
+        tmp_path / "reports", "drain and pod", *plain, options=options(kube_local)
+    )
+    (summary,) = summaries
+    assert summary["verdict"] == "pass", r.stdout[-3000:]
+    att = summary["attribution"]
+    assert att["traced"] >= 0.9 * att["total"] > 0, att
+    assert set(att["traced_by"]) == {"engine log"}, att
+    assert att["gateway_logs"] is None and att["engine_logs"] >= 2, att
+    logs = sorted((Path(summary["report"]).parent / "engines").glob("*.log"))
+    assert len(logs) >= 2, logs

@@ -81,6 +81,9 @@ class KubeTarget(Target):
             self._events.emit("workload_scalers", names=scalers)
         if self.k.gateway_pods_selector and not self.k.gateway_log_files:
             self.watches.follow_gateway_logs()
+        no_gateway_log = not self.k.gateway_pods_selector and not self.k.gateway_log_files
+        if self.k.engine_logs == "always" or (self.k.engine_logs == "auto" and no_gateway_log):
+            self.watches.follow_engine_logs()
 
     def close(self) -> None:
         try:
@@ -88,7 +91,7 @@ class KubeTarget(Target):
                 self.restore()
         finally:
             if self.watches is not None:
-                self.watches.stop_gateway_logs()
+                self.watches.stop_logs()
                 self.watches.stop()
             self._events.close()
 
@@ -152,6 +155,9 @@ class KubeTarget(Target):
         error = Path(files[1]) if len(files) > 1 else None
         return access, error
 
+    def engine_logs(self) -> dict[str, Path]:
+        return self.watches.engine_log_files() if self.watches is not None else {}
+
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
 
@@ -192,6 +198,15 @@ class KubeTarget(Target):
 
     def rollout_done(self) -> bool:
         return self.actions.rollout_done()
+
+    def start_canary(self, version: str, engine: dict | None = None) -> None:
+        self.actions.start_canary(version, engine)
+
+    def promote_canary(self) -> None:
+        self.actions.promote_canary()
+
+    def rollback_canary(self) -> None:
+        self.actions.rollback_canary()
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self.actions.evict_pod(name, retry_deadline_s)

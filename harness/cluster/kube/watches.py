@@ -119,8 +119,13 @@ class Watches:
         self._capacity = None
         self._slices: dict[str, set] = {}
         self.gw_files: tuple[Path, Path] | None = None
-        self._gw_streams: list = []
-        self._gw_followers: list[threading.Thread] = []
+        # the log follows (the gateway pods', the engine pods'): their responses and
+        # threads, ended together by stop_logs()
+        self._log_lock = threading.Lock()
+        self._streams: list = []
+        self._followers: list[threading.Thread] = []
+        self._engine_dir: Path | None = None  # follow_engine_logs(): where they go
+        self._engines_followed: set[str] = set()  # pod uids
 
     def start(self, selector: str) -> None:
         """Watch the workload's pods (by `selector`) and what goes with them."""
@@ -191,6 +196,7 @@ class Watches:
                 self._capacity_event()
                 return
             self.s.pods[uid] = pod
+        self._maybe_follow_engine(pod)
         emit = self.c.emit
         if (old is None or not old.status.pod_ip) and pod.status.pod_ip:
             emit(
@@ -333,15 +339,9 @@ class Watches:
                 )
             except ApiException as exc:
                 raise self.c.error(exc, "get", "pods/log", f"{ns}/{pod.metadata.name}") from None
-            self._gw_streams.append(resp)
-            follower = threading.Thread(
-                target=self._follow_log,
-                args=(resp,),
-                daemon=True,
-                name=f"gateway-log-{pod.metadata.name}",
+            self._start_follower(
+                f"gateway-log-{pod.metadata.name}", self._follow_log, resp, keep=resp
             )
-            self._gw_followers.append(follower)
-            follower.start()
 
     def _access_log_container(self, pod) -> str | None:
         """The gateway pod's container whose log holds the access lines (None: its only
@@ -400,23 +400,79 @@ class Watches:
             access.close()
             error.close()
 
-    def stop_gateway_logs(self) -> None:
+    def _start_follower(self, name: str, target, *args, keep=None) -> None:
+        follower = threading.Thread(target=target, args=args, daemon=True, name=name)
+        with self._log_lock:
+            if keep is not None:
+                self._streams.append(keep)
+            self._followers.append(follower)
+        follower.start()
+
+    def follow_engine_logs(self) -> None:
+        """Follow every engine pod's log (its engine container, from its start) into
+        engines/<pod>.log, for the engines' own request lines: each pod as the watch
+        first sees it running, until close()."""
+        self._engine_dir = self.c.run_dir / "engines"
+        self._engine_dir.mkdir(parents=True, exist_ok=True)
+        with self.s.lock:
+            pods = list(self.s.pods.values())
+        for pod in pods:
+            self._maybe_follow_engine(pod)
+
+    def engine_log_files(self) -> dict[str, Path]:
+        if self._engine_dir is None:
+            return {}
+        return {p.stem: p for p in sorted(self._engine_dir.glob("*.log"))}
+
+    def _maybe_follow_engine(self, pod) -> None:
+        if self._engine_dir is None or pod.status.phase != "Running":
+            return
+        with self._log_lock:
+            if pod.metadata.uid in self._engines_followed:
+                return
+            self._engines_followed.add(pod.metadata.uid)
+        name = pod.metadata.name
+        self._start_follower(f"engine-log-{name}", self._follow_engine, name)
+
+    def _follow_engine(self, name: str) -> None:
+        """One engine container's log, appended to its file as it comes (a restarted
+        container ends the follow: what it logged is kept)."""
+        try:
+            resp = self.c.core.read_namespaced_pod_log(
+                name, self.c.ns, container=self.s.engine, follow=True, _preload_content=False
+            )
+        except ApiException as exc:
+            self.c.emit("engine_log_unreadable", pod=name, status=exc.status)
+            return
+        with self._log_lock:
+            self._streams.append(resp)
+        with open_append(self._engine_dir / f"{name}.log", binary=True) as out:
+            try:
+                for chunk in resp.stream(4096):
+                    out.write(chunk)
+                    out.flush()
+            except Exception:
+                pass  # closed by close(), or the pod went away: its lines so far are kept
+
+    def stop_logs(self) -> None:
         """End the follows. Closing a response another thread is reading blocks on that
         read (a follow that never ends): shut the socket down first, so the read returns,
         let the followers write what they have, then close."""
-        for resp in self._gw_streams:
+        with self._log_lock:
+            streams, followers = list(self._streams), list(self._followers)
+            self._streams, self._followers = [], []
+        for resp in streams:
             sock = getattr(getattr(resp, "connection", None), "sock", None)
             if sock is not None:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        for follower in self._gw_followers:
+        for follower in followers:
             follower.join(5)
-        for resp in self._gw_streams:
+        for resp in streams:
             try:
                 resp.release_conn()
                 resp.close()
             except Exception:
                 pass
-        self._gw_streams, self._gw_followers = [], []
