@@ -178,6 +178,7 @@ def test_an_hpa_below_the_held_count_is_held_and_kube_restore_puts_it_back(
     assert spec.behavior.scale_up.select_policy == "Disabled"
     assert spec.behavior.scale_down.select_policy == "Disabled"
     t.watches.stop()  # interrupted: no close(), no restore
+    t.watches.stop_logs()
     restored = restore_pending(cfg)
     assert "HorizontalPodAutoscaler rollcheck-sim as it was" in restored, restored
     after = hpa_as_set(kube_local, namespace)

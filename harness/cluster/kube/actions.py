@@ -145,6 +145,8 @@ class Actions:
 
     def promote_canary(self) -> None:
         """The held rollout goes on to every replica, at the Deployment's own pace."""
+        if not self.canary_baseline:
+            raise TargetError("promote_canary: no canary was started")
         self.c.action("canary_promote")
         self.c.patch_deployment(
             {"spec": {"paused": False, "minReadySeconds": self.canary_baseline["minReadySeconds"]}}
@@ -154,6 +156,8 @@ class Actions:
         """The baseline's template back (as `kubectl rollout undo` would, which refuses a
         paused Deployment), resumed, its minReadySeconds as it was: the candidate
         ReplicaSet is scaled away and nothing else is touched."""
+        if not self.canary_baseline:
+            raise TargetError("rollback_canary: no canary was started")
         self.c.action("canary_rollback")
         base = self.canary_baseline
         try:

@@ -133,6 +133,7 @@ class Watches:
         # Watches left running at interpreter exit would log from daemon threads while
         # Python shuts down, which can abort the process: stop them first.
         atexit.register(self.stop)
+        atexit.register(self.stop_logs)  # the log follows' threads, the same
         by_label = {"label_selector": selector}
         for name, lister, on_event, kw in (
             ("pods", c.core.list_namespaced_pod, self._on_pod, by_label),

@@ -39,6 +39,7 @@ class LocalTarget(Target):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._events = EventLog(self.run_dir / "events.jsonl")
         self._pidfile = PidFile("local-target")
+        self._canary_baseline: Template | None = None  # start_canary: the template before
         self.gateway = Nginx(
             self.run_dir,
             free_port(),
@@ -198,6 +199,8 @@ class LocalTarget(Target):
         self.controller.release_hold()
 
     def rollback_canary(self) -> None:
+        if self._canary_baseline is None:
+            raise TargetError("rollback_canary: no canary was started")
         self.action("canary_rollback")
         self.controller.set_template(self._canary_baseline)
 
