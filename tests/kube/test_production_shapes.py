@@ -279,7 +279,7 @@ def test_a_canary_holds_at_one_candidate_pod_until_judged(
 ):
     """The canary's rollout went on to every pod within 2 s of the act, before any answer
     was compared. Now the Deployment holds at one candidate pod (paused, minReadySeconds
-    out of reach) until promoted (the rollout goes on) or rolled back (the baseline's
+    just under its progress deadline) until promoted (the rollout goes on) or rolled back (the baseline's
     template, resumed, nothing else touched); the restore leaves it unpaused."""
     deploy(kube_local, namespace, sim_objects(replicas=3, pdb_min=1), replicas=3)
     apps = client.AppsV1Api(kube_local.api)
@@ -303,7 +303,9 @@ def test_a_canary_holds_at_one_candidate_pod_until_judged(
         live = sorted(p.version for p in t.pods() if not p.terminating)
         assert live == ["v1", "v1", "v1", "v2"], live
         dep = apps.read_namespaced_deployment("rollcheck-sim", namespace)
-        assert dep.spec.paused is True and dep.spec.min_ready_seconds == 86_400
+        # held: paused, and the candidate unavailable for as long as the API allows (a
+        # minReadySeconds not below progressDeadlineSeconds, 600 by default, is an HTTP 422)
+        assert dep.spec.paused is True and dep.spec.min_ready_seconds == 599
         if decision == "promote":
             t.promote_canary()
             want = "v2"

@@ -32,9 +32,9 @@ from harness.cluster.target import (
 from harness.sim.settings import flag_name
 from harness.waits import wait_until
 
-# a canary's candidate is not "available" for this long, so the Deployment controller
-# takes no step past it before the pause lands (minReadySeconds is an int32)
-CANARY_HOLD_S = 86_400
+# a Deployment's progressDeadlineSeconds when unset; the API refuses a minReadySeconds
+# that is not below it (HTTP 422, measured on kube-local)
+DEFAULT_PROGRESS_DEADLINE_S = 600
 CANARY_POD_S = 60.0  # the longest the controller may take to make the candidate's pod
 
 
@@ -114,9 +114,9 @@ class Actions:
 
     def start_canary(self, version: str, engine: dict | None = None) -> None:
         """One candidate pod beside the baseline, and the rollout held there: the template
-        change with surge 1 and nothing unavailable, and a minReadySeconds the controller
-        cannot wait out (a new pod is not available, so it takes no next step), in one
-        patch; then the Deployment is paused once the candidate ReplicaSet has its pod (a
+        change with surge 1 and nothing unavailable, and a minReadySeconds just under the
+        progress deadline (a new pod is not available for that long, so the controller
+        takes no next step), in one patch; then the Deployment is paused once the candidate ReplicaSet has its pod (a
         pause in the same patch would stop the controller before it made one). Pausing
         after the pod is Ready alone races the controller (docs/facts.md)."""
         self.c.action(
@@ -130,7 +130,10 @@ class Actions:
             "minReadySeconds": dep.spec.min_ready_seconds or 0,
         }
         body = self._rollout_body(dep, version, engine, "1", "0")
-        body["spec"]["minReadySeconds"] = CANARY_HOLD_S
+        # the candidate is not "available" for as long as the API allows, so the controller
+        # takes no step past it before the pause lands (seconds after its pod is made)
+        deadline = dep.spec.progress_deadline_seconds or DEFAULT_PROGRESS_DEADLINE_S
+        body["spec"]["minReadySeconds"] = max(dep.spec.min_ready_seconds or 0, deadline - 1)
         self.rolling = self.scaling.rolling = True
         self.c.emit("rollout_started", version=version, canary=True)
         self.c.patch_deployment(body)

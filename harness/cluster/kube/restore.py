@@ -66,7 +66,7 @@ class Restore:
         if c.api.sanitize_for_serialization(dep.spec.strategy) != orig["strategy"]:
             body["spec"]["strategy"] = orig["strategy"]
             done.append("rollout strategy")
-        # a canary holds the rollout: paused, with a minReadySeconds of a day
+        # a canary holds the rollout: paused, with a minReadySeconds under its deadline
         if bool(dep.spec.paused) != orig.get("paused", False):
             body["spec"]["paused"] = orig.get("paused", False)
             done.append("resumed" if not orig.get("paused") else "paused")
