@@ -24,7 +24,7 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.cluster.target import PodView, Target, strategy_changes
+from harness.cluster.target import PodView, Target, canary_rollout, strategy_changes
 from harness.events import Event
 from harness.files import write_atomic
 from harness.scenario import DryRun
@@ -149,10 +149,7 @@ class DryRunTarget(Target):
         self.action("rollout", to_version=version, engine=engine or {}, **changes)
 
     def start_canary(self, version: str, engine: dict | None = None) -> None:
-        self.action(
-            "rollout", to_version=version, engine=engine or {}, max_surge="1",
-            max_unavailable="0", canary=True,
-        )  # fmt: skip
+        self.action("rollout", **canary_rollout(version, engine))
 
     def promote_canary(self) -> None:
         self.action("canary_promote")

@@ -82,6 +82,18 @@ def evict_retrying(attempt: Callable[[], None], retry_deadline_s: float, interva
             time.sleep(min(interval_s, left))
 
 
+def canary_rollout(version: str, engine: dict | None) -> dict:
+    """The `rollout` action a canary records, on every target: one new pod, nothing taken
+    down (surge 1, unavailable 0), held there until judged."""
+    return {
+        "to_version": version,
+        "engine": engine or {},
+        "max_surge": "1",
+        "max_unavailable": "0",
+        "canary": True,
+    }
+
+
 class Target(abc.ABC):
     """Everything a scenario, the plugin or a report asks of a target is declared here:
     what they call is never looked up by hasattr."""
@@ -168,10 +180,11 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def rollout_done(self) -> bool: ...
 
-    # A canary is one replica until judged: the rollout starts (surge 1, nothing taken
-    # down) and holds at its first candidate pod (on Kubernetes a paused Deployment whose
-    # minReadySeconds keeps the controller from moving on before the pause lands), then
-    # goes on to every replica (promote) or gives the baseline's template back (rollback).
+    # A canary is one replica until judged (canary_rollout: how it is recorded): the
+    # rollout starts (surge 1, nothing taken down) and holds at its first candidate pod (on
+    # Kubernetes a paused Deployment whose minReadySeconds keeps the controller from moving
+    # on before the pause lands), then goes on to every replica (promote) or gives the
+    # baseline's template back (rollback).
     @abc.abstractmethod
     def start_canary(self, version: str, engine: dict | None = None) -> None: ...
 

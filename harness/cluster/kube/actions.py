@@ -26,6 +26,7 @@ from harness.cluster.target import (
     EvictionRefused,
     PodView,
     TargetError,
+    canary_rollout,
     evict_retrying,
     strategy_changes,
 )
@@ -116,20 +117,19 @@ class Actions:
         """One candidate pod beside the baseline, and the rollout held there: the template
         change with surge 1 and nothing unavailable, and a minReadySeconds just under the
         progress deadline (a new pod is not available for that long, so the controller
-        takes no next step), in one patch; then the Deployment is paused once the candidate ReplicaSet has its pod (a
-        pause in the same patch would stop the controller before it made one). Pausing
-        after the pod is Ready alone races the controller (docs/facts.md)."""
-        self.c.action(
-            "rollout", to_version=version, engine=engine or {}, max_surge="1",
-            max_unavailable="0", canary=True,
-        )  # fmt: skip
+        takes no next step), in one patch; then the Deployment is paused once the
+        candidate ReplicaSet has its pod (a pause in the same patch would stop the
+        controller before it made one). Pausing after the pod is Ready alone races the
+        controller (docs/facts.md)."""
+        act = canary_rollout(version, engine)
+        self.c.action("rollout", **act)
         self.restore.mark_pending()
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
         self.canary_baseline = {
             "template": self.c.api.sanitize_for_serialization(dep.spec.template),
             "minReadySeconds": dep.spec.min_ready_seconds or 0,
         }
-        body = self._rollout_body(dep, version, engine, "1", "0")
+        body = self._rollout_body(dep, version, engine, act["max_surge"], act["max_unavailable"])
         # the candidate is not "available" for as long as the API allows, so the controller
         # takes no step past it before the pause lands (seconds after its pod is made)
         deadline = dep.spec.progress_deadline_seconds or DEFAULT_PROGRESS_DEADLINE_S
@@ -163,24 +163,13 @@ class Actions:
             raise TargetError("rollback_canary: no canary was started")
         self.c.action("canary_rollback")
         base = self.canary_baseline
-        try:
-            self.c.apps.patch_namespaced_deployment(
-                self.c.deployment,
-                self.c.ns,
-                [
-                    {"op": "replace", "path": "/spec/template", "value": base["template"]},
-                    {"op": "add", "path": "/spec/paused", "value": False},
-                    {
-                        "op": "add",
-                        "path": "/spec/minReadySeconds",
-                        "value": base["minReadySeconds"],
-                    },
-                ],
-            )
-        except ApiException as exc:
-            raise self.c.error(
-                exc, "patch", "deployments", f"deployment {self.c.deployment}"
-            ) from None
+        self.c.patch_deployment(  # a JSON patch: the template replaced whole
+            [
+                {"op": "replace", "path": "/spec/template", "value": base["template"]},
+                {"op": "add", "path": "/spec/paused", "value": False},
+                {"op": "add", "path": "/spec/minReadySeconds", "value": base["minReadySeconds"]},
+            ]
+        )
         self.rolling = self.scaling.rolling = True
 
     def rollout_done(self) -> bool:

@@ -251,8 +251,8 @@ class Shared:
 
     lock: threading.RLock = field(default_factory=threading.RLock)
     pods: dict = field(default_factory=dict)  # uid -> last pod object: the watches
-    port: int = 8000  # the engine's port: start(), from the Deployment
-    engine: str | None = None  # the engine container's name: start(), Preflight.engine
+    port: int = 8000  # the engine's port: Preflight.engine, from the Deployment
+    engine: str | None = None  # the engine container's name: Preflight.engine
     original: dict | None = None  # what to put back: Restore.record
     marked: bool = False  # the restore record is on the Deployment: Restore.mark_pending
     cordoned: list[str] = field(default_factory=list)  # nodes: the actions; the restore clears

@@ -6,7 +6,7 @@ import json
 
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster, engine_of
+from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster, Shared, engine_of
 from harness.cluster.kube.owners import owner_of
 from harness.cluster.target import TargetError
 from harness.files import write_atomic
@@ -23,10 +23,9 @@ class Preflight:
     """Before acting: the opt-in, permissions, lint of the Deployment, and what this
     cluster cannot do (node drains, GPUs for surge pods, a scaler to hand over to)."""
 
-    def __init__(self, c: Cluster):
-        self.c = c
+    def __init__(self, c: Cluster, shared: Shared):
+        self.c, self.s = c, shared
         self.lint_findings: list = []
-        self.engine_name: str | None = None  # engine(): the chosen container's name
 
     def check(self):
         """The Deployment, once the namespace, the permissions, the opt-in and the absence
@@ -85,7 +84,8 @@ class Preflight:
         )
 
     def engine(self, dep) -> EngineContainer:
-        """Which container of the Deployment's pods is the engine, and why (an event)."""
+        """Which container of the Deployment's pods is the engine, and why (an event); its
+        name and port go to the shared state, where every part reads them."""
         template = self.c.api.sanitize_for_serialization(dep.spec.template)
         labels = (template.get("metadata") or {}).get("labels") or {}
         services, note = [], ""
@@ -111,7 +111,9 @@ class Preflight:
             why=choice.why + note,
             containers=len(template["spec"]["containers"]),
         )
-        self.engine_name = choice.name
+        self.s.engine = choice.name
+        if choice.port is not None:
+            self.s.port = choice.port
         return choice
 
     def node_drain_blocker(self) -> str | None:
@@ -158,7 +160,7 @@ class Preflight:
         """Why a rollout to `version` with no engine change would change nothing but the
         version label (kube.image unset, or giving the baseline's image); None if not."""
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        current = engine_of(dep.spec.template.spec, self.engine_name).image
+        current = engine_of(dep.spec.template.spec, self.s.engine).image
         image = self.candidate_image(version) or current
         if image != current:
             return None
@@ -220,7 +222,7 @@ class Preflight:
         """The engine container's startup and liveness probes, as the live Deployment has
         them ({period_s, failure_threshold} or None)."""
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        c = engine_of(dep.spec.template.spec, self.engine_name)
+        c = engine_of(dep.spec.template.spec, self.s.engine)
 
         def window(p):
             if p is None:
@@ -252,7 +254,7 @@ class Preflight:
             pass
         obj.update(kind="Deployment")
         try:
-            opts = lint.LintOptions(min_startup_s=min_startup_s, engine_name=self.engine_name)
+            opts = lint.LintOptions(min_startup_s=min_startup_s, engine_name=self.s.engine)
             self.lint_findings = lint.lint(manifests, opts)
         except lint.LintInputError:
             self.lint_findings = []

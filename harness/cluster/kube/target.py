@@ -60,16 +60,13 @@ class KubeTarget(Target):
         api.user_agent = f"{HARNESS_MANAGER}/1"
         c = self.cluster = Cluster(api, self.cfg, self.run_dir, self._events)
         s = self.shared
-        self.preflight = Preflight(c)
+        self.preflight = Preflight(c, s)
         self.watches = Watches(c, s, self.scaling)
         self.restorer = Restore(c, s, self.scaling.release)
         self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)
         self.access = PodAccess(c, s, self.auth_headers)
         dep = self.preflight.check()
-        engine = self.preflight.engine(dep)
-        s.engine = engine.name
-        if engine.port is not None:
-            s.port = engine.port
+        self.preflight.engine(dep)
         self.preflight.lint(dep)
         selector = self.k.selector or ",".join(
             f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items()

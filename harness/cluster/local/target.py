@@ -15,6 +15,7 @@ from harness.cluster.target import (
     EvictionRefused,
     Target,
     TargetError,
+    canary_rollout,
     evict_retrying,
     strategy_changes,
 )
@@ -186,15 +187,16 @@ class LocalTarget(Target):
         return self.controller.rollout_done()
 
     def start_canary(self, version: str, engine: dict | None = None) -> None:
-        template, strategy = self._candidate(version, engine, "1", "0", None)
-        self.action(
-            "rollout", to_version=version, engine=engine or {}, max_surge="1",
-            max_unavailable="0", canary=True,
-        )  # fmt: skip
+        act = canary_rollout(version, engine)
+        surge, unavailable = act["max_surge"], act["max_unavailable"]
+        template, strategy = self._candidate(version, engine, surge, unavailable, None)
+        self.action("rollout", **act)
         self._canary_baseline = self.controller.template
         self.controller.set_template(template, strategy, hold_new=1)
 
     def promote_canary(self) -> None:
+        if self._canary_baseline is None:
+            raise TargetError("promote_canary: no canary was started")
         self.action("canary_promote")
         self.controller.release_hold()
 
