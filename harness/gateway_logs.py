@@ -329,6 +329,14 @@ def engine_request_id(response_id: str | None) -> str | None:
     return None
 
 
+def record_ids(r: StreamRecord) -> tuple[str, ...]:
+    """The ids a record's request may be logged under, the one sent first: a gateway that
+    replaced it (Envoy at the edge, unless told to keep it) logged the one the engine
+    answered under."""
+    engine_id = engine_request_id(r.response_id)
+    return (r.request_id,) if engine_id in (None, r.request_id) else (r.request_id, engine_id)
+
+
 def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:
     """Set record.gateway from the access line with the record's request id, or, where a
     gateway replaced that id on the way (Envoy does at the edge unless told to keep
@@ -336,7 +344,7 @@ def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:
     by_id = {a.request_id: a for a in access if a.request_id}
     matched = 0
     for r in records:
-        line = by_id.get(r.request_id) or by_id.get(engine_request_id(r.response_id) or "")
+        line = next((by_id[i] for i in record_ids(r) if i in by_id), None)
         if line is not None:
             r.gateway = line.to_dict()
             matched += 1

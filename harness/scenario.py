@@ -24,10 +24,10 @@ from harness.engine_logs import served_by
 from harness.files import write_atomic
 from harness.gateway_logs import (
     attach_errors,
-    engine_request_id,
     keep_only_run_lines,
     read_access_log,
     read_error_log,
+    record_ids,
 )
 from harness.load import LoadError, LoadRun
 from harness.plan import hpa_desired
@@ -783,11 +783,7 @@ class Scenario:
         access, unparsed = read_access_log(access_path)
         # Judge the load's requests only, not the harness's own polls through the gateway
         # (nor another tenant's lines in a shared ingress log).
-        # this run's ids: the ones sent, and those the engines answered under (a gateway
-        # that replaced the id logged the engine's)
-        ids = {r.request_id for r in records} | {
-            i for r in records if (i := engine_request_id(r.response_id))
-        }
+        ids = {i for r in records for i in record_ids(r)}
         access = [a for a in access if a.request_id in ids]
         errors = attach_errors(access, read_error_log(error_path))
         logged = access_path is not None and Path(access_path).exists()
@@ -845,9 +841,7 @@ class Scenario:
         answered = [r for r in records if r.status is not None]
         if not access_path or not answered:
             return
-        last_record = max(answered, key=lambda r: r.ended_at)
-        # under the id sent, or the one the engine answered under (a gateway replaced it)
-        ids = {last_record.request_id, engine_request_id(last_record.response_id)} - {None}
+        ids = record_ids(max(answered, key=lambda r: r.ended_at))
         path = Path(access_path)
 
         def logged() -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.events import Event
-from harness.gateway_logs import GatewayLine, engine_request_id, join_records
+from harness.gateway_logs import GatewayLine, join_records, record_ids
 from harness.streams import StreamRecord
 
 # What a scenario does to the target; the first one is "the disruption".
@@ -73,10 +73,6 @@ TRACED_BY_ADDRESS = "gateway log"
 TRACED_BY_IP = "gateway log, by pod IP"
 
 
-def pod_at(spans: dict[str, list[Span]], address: str | None, t: float) -> Span | None:
-    return trace(spans, address, t)[0]
-
-
 def trace(spans: dict[str, list[Span]], address: str | None, t: float):
     """Who held the address at t, and how it was told (TRACED_BY_*). A gateway may dial a
     port other than the engine's (a sidecar's, or a Service's named targetPort on another
@@ -119,9 +115,7 @@ def correlate(
         if span is not None:
             r.pod, r.version, r.traced_by = span.pod, span.version, how
         elif served_by:
-            pod = served_by.get(r.request_id) or served_by.get(
-                engine_request_id(r.response_id) or ""
-            )
+            pod = next((served_by[i] for i in record_ids(r) if i in served_by), None)
             if pod is not None:
                 r.pod, r.version, r.traced_by = pod, versions.get(pod), TRACED_BY_ENGINE_LOG
         if r.version is None and r.system_fingerprint:
