@@ -1331,6 +1331,13 @@ def canary_answers(result: dict) -> Check:
             f"against {result.get('baseline_pod')} ({result['mode']} weights)"
         )
         serving = result.get("candidate_pods_serving") or []
+        if not serving:  # the timeline saw no candidate ready: whether it was one is unknown
+            return inconclusive(
+                name,
+                expected="one candidate pod serving while its answers are compared",
+                reason="no candidate pod was seen ready on the timeline while the answers "
+                "were compared, so whether the rollout held at one is unknown",
+            )
         if len(serving) > 1:  # the rollout went on before the gate decided
             return inconclusive(
                 name,

@@ -2,8 +2,8 @@
 golden prompts are compared with the baseline's (greedy, each pod asked directly, not
 through the gateway). The rollout holds at that one candidate pod until judged:
 agreeing answers promote the canary (the rollout goes on to every replica); diverging
-answers roll it back to the baseline's template. Every stream is judged as in every scenario, and the
-worst prompts are shown side by side in report.html.
+answers roll it back to the baseline's template. Every stream is judged as in every
+scenario, and the worst prompts are shown side by side in report.html.
 
 A bad model answers 200 at normal latency and passes every probe: only its answers show
 it. `--set canary.engine.degraded=true` makes the simulator's canary such a model.

@@ -243,3 +243,5 @@ def test_the_candidate_pods_serving_while_compared_are_counted_from_the_timeline
     assert r.status == "inconclusive"
     assert r.reason.startswith("2 candidate pods served while the answers were compared")
     assert canary_answers(result | {"candidate_pods_serving": ["cand-1"]})(None).status == "pass"
+    unknown = canary_answers(result | {"candidate_pods_serving": []})(None)
+    assert unknown.status == "inconclusive" and "unknown" in unknown.reason

@@ -44,7 +44,8 @@ def running_engine(request, tmp_path_factory, **flags):
 @pytest.fixture(scope="module", params=["vllm", "sim"])
 def one_slot(request, tmp_path_factory):
     """One sequence slot, one queue place (--max-num-queued-reqs 2 holds one waiting
-    request beside a running one, as measured), vLLM's default --shutdown-timeout 0; --enable-log-requests (it only adds log lines)."""
+    request beside a running one, as measured), vLLM's default --shutdown-timeout 0;
+    --enable-log-requests (it only adds log lines)."""
     yield from running_engine(
         request, tmp_path_factory, max_num_seqs=1, max_num_queued_reqs=2, log_requests=True
     )

@@ -279,8 +279,9 @@ def test_a_canary_holds_at_one_candidate_pod_until_judged(
 ):
     """The canary's rollout went on to every pod within 2 s of the act, before any answer
     was compared. Now the Deployment holds at one candidate pod (paused, minReadySeconds
-    just under its progress deadline) until promoted (the rollout goes on) or rolled back (the baseline's
-    template, resumed, nothing else touched); the restore leaves it unpaused."""
+    just under its progress deadline) until promoted (the rollout goes on) or rolled back
+    (the baseline's template, resumed, nothing else touched); the restore leaves it
+    unpaused."""
     deploy(kube_local, namespace, sim_objects(replicas=3, pdb_min=1), replicas=3)
     apps = client.AppsV1Api(kube_local.api)
     before = apps.read_namespaced_deployment("rollcheck-sim", namespace)
