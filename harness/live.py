@@ -146,6 +146,18 @@ def deadline_for(config: pytest.Config, cfg) -> tuple[float | None, str]:
     return nightly_deadline(cfg)
 
 
+def worst_cases(config: pytest.Config, cfg, items, kinds) -> dict[str, float]:
+    """Run folder name -> the worst case of each selected scenario run (harness.estimate)."""
+    from harness.estimate import estimate_scenario
+    from harness.nightly import run_folder_name
+
+    target = config.getoption("target", "local")
+    return {
+        run_folder_name(name): estimate_scenario(name, kind, cfg, target, params).worst_s
+        for name, kind, params in selected(items, kinds)
+    }
+
+
 def session_outlook(config: pytest.Config, cfg, items, kinds) -> list[str]:
     from harness.estimate import outlook
 

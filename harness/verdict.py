@@ -291,13 +291,13 @@ VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
 
 def overall(verdicts: Iterable[str], unreadable: bool = False) -> str:
     """A session's verdict from its runs': fail beats inconclusive (also when a run could
-    not be read) beats pass; only when every run was skipped is it skipped."""
+    not be read) beats pass; only when every run was skipped (or none ran) is it skipped."""
     seen = set(verdicts)
     if "fail" in seen:
         return "fail"
     if "inconclusive" in seen or unreadable:
         return "inconclusive"
-    return "skipped" if seen == {"skipped"} else "pass"
+    return "skipped" if seen <= {"skipped"} else "pass"
 
 
 def verdict(results: Sequence[CheckResult]) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.errors import RollcheckError
 from harness.events import Event, read_events
 from harness.files import BadInput, read_json, write_atomic
+from harness.progress import clock
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.verdict import overall as session_verdict
@@ -973,6 +974,35 @@ def _index_row(s: dict) -> str:
     )
 
 
+def _night_section(session_dir: Path) -> str:
+    """The night's plan (night.json, written with --fit-deadline): the deadline, what
+    started, what was left for another night and why. Empty without one."""
+    path = session_dir / "night.json"
+    if not path.is_file():
+        return ""
+    try:
+        night = json.loads(path.read_text())
+        deadline, source = float(night["deadline_s"]), str(night["source"])
+        started = [str(n) for n in night["started"]]
+        left = [(str(x["name"]), float(x["worst_s"]), str(x["why"])) for x in night["left"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"<h2>The night's plan</h2><p>night.json could not be read ({_e(type(exc).__name__)})</p>"
+    rows = "".join(
+        f"<tr><td>{_e(name)}</td><td class=num>{_e(clock(worst))}</td><td>{_e(why)}</td></tr>"
+        for name, worst, why in left
+    )
+    table = (
+        "<table><tr><th>left for another night</th><th>worst case</th><th>why</th></tr>"
+        f"{rows}</table>"
+        if left
+        else "<p>Nothing was left for another night.</p>"
+    )
+    return (
+        f"<h2>The night's plan</h2><p>Deadline {_e(clock(deadline))} ({_e(source)}); "
+        f"started in this order: {_e(', '.join(started) or 'none')}.</p>{table}"
+    )
+
+
 def write_index(session_dir: Path) -> Path | None:
     """index.html over every scenario run of a session: the pass/fail matrix and links."""
     session_dir = Path(session_dir)
@@ -985,7 +1015,8 @@ def write_index(session_dir: Path) -> Path | None:
             continue
         s["_folder"] = summary_path.parent.name
         runs.append(s)
-    if not runs and not unreadable:
+    night = _night_section(session_dir)
+    if not runs and not unreadable and not night:
         return None
     rows = []
     for s in list(runs):
@@ -1015,7 +1046,7 @@ def write_index(session_dir: Path) -> Path | None:
         "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
         f"<th>inconclusive</th><th>skipped</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
         "<th>run</th><th>verdict</th><th>goodput</th>"
-        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table>{passed_over(unreadable)}</body></html>"
+        f"<th>requests</th><th>broken</th><th>failed checks</th></tr>{''.join(rows)}</table>{night}{passed_over(unreadable)}</body></html>"
     )
     path = session_dir / "index.html"
     write_atomic(path, page)
