@@ -289,12 +289,12 @@ class DryRunLoad:
         return None
 
 
-def kube_target(cfg, run_dir):
+def kube_target(cfg, run_dir, kind: str | None = None):
     """The Kubernetes target for a config: wrapped in DryRunTarget when kube.dry_run is set
     (the Kubernetes target itself refuses to be built dry, and holds no dry-run branch)."""
     from harness.cluster.kube.target import KubeTarget
 
     if not cfg.kube.dry_run:
-        return KubeTarget(cfg, run_dir)
+        return KubeTarget(cfg, run_dir, kind=kind)
     wet = dataclasses.replace(cfg, kube=dataclasses.replace(cfg.kube, dry_run=False))
-    return DryRunTarget(KubeTarget(wet, run_dir))
+    return DryRunTarget(KubeTarget(wet, run_dir, kind=kind))

@@ -30,6 +30,8 @@ KINDS = {
 }
 
 config_key = pytest.StashKey[object]()
+night_key = pytest.StashKey[object]()
+started_key = pytest.StashKey[float]()
 session_dir_key = pytest.StashKey[Path]()
 calibration_key = pytest.StashKey[object]()
 
@@ -79,6 +81,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the session must end within this (a CI job's limit): a worst case beyond it is "
         "said before the first scenario, naming what to drop or shorten (in the nightly pod, "
         "its Job's activeDeadlineSeconds is read when this is not given)",
+    )
+    group.addoption(
+        "--fit-deadline",
+        action="store_true",
+        default=False,
+        help="the nightly's plan: order the scenarios by the longest since their last run in "
+        "--reports-dir (a rotation breaks ties), and start each only while its worst case and "
+        "the restore still fit in the deadline (--deadline-s, or the Job's); the rest are left "
+        "for another night, each SKIPPED with why, and the session's index lists them",
     )
     group.addoption(
         "--dry-run",
@@ -175,8 +186,9 @@ def rollcheck_config(pytestconfig):
 @pytest.fixture
 def run_dir(request) -> Path:
     """This scenario's run folder: records, events, gateway logs, summary, report."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")
-    path = _session_dir(request.config) / name
+    from harness.nightly import run_folder_name
+
+    path = _session_dir(request.config) / run_folder_name(request.node.name)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -191,9 +203,15 @@ def progress(request, rollcheck_config):
         yield prog
 
 
+def _kind(item) -> str:
+    return next((m.name for m in item.iter_markers() if m.name in KINDS), "scenario")
+
+
 @pytest.fixture
 def target(request, rollcheck_config, run_dir, progress):
     """The target, started and settled; stopped (and restored) afterwards."""
+    from harness.cluster.target import CannotRun
+
     kind = request.config.getoption("target")
     if kind == "local":
         from harness.cluster.local import LocalTarget
@@ -206,10 +224,17 @@ def target(request, rollcheck_config, run_dir, progress):
     else:
         from harness.dryrun import kube_target
 
-        tgt = kube_target(rollcheck_config, run_dir)
+        tgt = kube_target(rollcheck_config, run_dir, _kind(request.node))
     try:
         progress.phase(f"starting the target: {kind}, {rollcheck_config.replicas} replicas")
-        tgt.start()
+        try:
+            tgt.start()
+        except CannotRun as exc:  # found before anything was touched (RBAC): SKIPPED
+            from harness.scenario import write_skipped
+
+            write_skipped(run_dir, _kind(request.node), request.node.name, tgt.name, str(exc))
+            progress.phase(f"SKIPPED: {exc}")
+            pytest.skip(f"rollcheck: SKIPPED: {exc}")
         progress.target = tgt
         # bringing the target up is not under test: scenario.settle_s allows for slow
         # engine starts (at least three of the simulator's, which the config knows)
@@ -243,7 +268,7 @@ def scenario(request, rollcheck_config, target, run_dir, progress):
     from harness.load import LoadRun
     from harness.scenario import Scenario
 
-    kind = next((m.name for m in request.node.iter_markers() if m.name in KINDS), "scenario")
+    kind = _kind(request.node)
     cfg, calibration = _calibrated(request.config, rollcheck_config, target)
     # a dry run: the same scenario over a target that takes no action and a load that
     # sends nothing (harness/dryrun.py)
@@ -356,10 +381,58 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1], str(call.excinfo.value))
 
 
+def _scenario_items(items) -> list:
+    return [i for i in items if "scenario" in getattr(i, "fixturenames", ())]
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
+    """--fit-deadline: tonight's order and the night's plan (harness/nightly.py)."""
+    config.stash[started_key] = time.monotonic()
+    if not config.getoption("fit_deadline", False) or config.option.collectonly:
+        return
+    scenarios = _scenario_items(items)
+    if not scenarios:
+        return
+    from harness import live, nightly
+
+    cfg = _run_config(config)
+    deadline, source = live.deadline_for(config, cfg)
+    if deadline is None:
+        _say(config, [f"rollcheck: night plan: no deadline known ({source}): every run starts"])
+        return
+    worst = live.worst_cases(config, cfg, scenarios, KINDS)
+    names = [nightly.run_folder_name(i.name) for i in scenarios]
+    last = nightly.last_runs(Path(config.getoption("reports_dir")))
+    order = nightly.night_order(names, last, nightly.night_number(time.time()))
+    night = nightly.Night(
+        deadline, source, nightly.RESTORE_S, nightly.night_number(time.time()), order, worst
+    )
+    config.stash[night_key] = night
+    by_name = dict(zip(names, scenarios, strict=True))
+    others = [i for i in items if i not in scenarios]
+    items[:] = others + [by_name[n] for n in order]
+    _say(config, night.lines())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """--fit-deadline: a run whose worst case no longer fits is left for another night."""
+    night = item.config.stash.get(night_key, None)
+    if night is None or "scenario" not in getattr(item, "fixturenames", ()):
+        return
+    from harness.nightly import run_folder_name
+
+    used = time.monotonic() - item.config.stash[started_key]
+    why = night.may_start(run_folder_name(item.name), used)
+    if why is not None:
+        pytest.skip(f"rollcheck: left for another night: {why}")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before the first scenario: the scenarios selected and the session's estimated time,
     the worst case beside it, and a deadline the worst case would overrun."""
-    items = [i for i in session.items if "scenario" in getattr(i, "fixturenames", ())]
+    items = _scenario_items(session.items)
     if not items or session.config.option.collectonly:
         return
     from harness import live
@@ -370,12 +443,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     except pytest.UsageError:
         return  # said when the first scenario asks for its config
     lines = live.session_outlook(config, cfg, items, KINDS)
+    if config.stash.get(night_key, None) is not None:  # the night plan has said what fits
+        lines = [line for line in lines if "deadline" not in line]
     _say(config, [line for line in lines if "WARNING" not in line])
     _say(config, [line for line in lines if "WARNING" in line], yellow=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    if config.stash.get(night_key, None) is not None:
+        _session_dir(config)  # a night that left every run still says so
     if session_dir_key not in config.stash:
         return
     from harness.errors import RollcheckError
@@ -383,6 +460,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from harness.report.html import write_index
 
     session_dir = config.stash[session_dir_key]
+    night = config.stash.get(night_key, None)
+    if night is not None:
+        night.write(session_dir)
     index = write_index(session_dir)
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if index is None or tr is None:

@@ -44,6 +44,22 @@ PRESTOP_MARGIN = 1.2
 PREFER_WAIT_S = 10.0
 
 
+def write_skipped(run_dir: Path, kind: str, name: str, target: str, reason: str) -> dict:
+    """The summary of a run that ended before acting (SKIPPED): why, for the index."""
+    summary = {
+        "scenario": kind,
+        "name": name,
+        "target": target,
+        "verdict": "skipped",
+        "reason": reason,
+        "requests": 0,
+        "outcomes": {},
+        "checks": [],
+    }
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 class ScenarioFailed(AssertionError):
     """The verdict is fail or inconclusive; the message is the short, readable account."""
 
@@ -652,18 +668,7 @@ class Scenario:
     # --- judge ---------------------------------------------------------------------
     def skip(self, reason: str):
         """End before acting, as SKIPPED: the run folder says why (the index lists it)."""
-        summary = {
-            "scenario": self.kind,
-            "name": self.name,
-            "target": self.target.name,
-            "verdict": "skipped",
-            "reason": reason,
-            "requests": 0,
-            "outcomes": {},
-            "checks": [],
-        }
-        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        self.summary = summary
+        self.summary = write_skipped(self.run_dir, self.kind, self.name, self.target.name, reason)
         self.progress.phase(f"SKIPPED: {reason}")
         raise ScenarioSkipped(reason)
 

@@ -14,7 +14,7 @@ The parts: common.py (names, connection), preflight.py, watches.py, actions.py,
 restore.py; target.py assembles KubeTarget from them.
 """
 
-from harness.cluster.kube.common import GPU, KEDA_PAUSE, NEEDED, OPT_IN, RESTORE, connect
+from harness.cluster.kube.common import GPU, KEDA_PAUSE, OPT_IN, RESTORE, connect
 from harness.cluster.kube.restore import restore_pending
 from harness.cluster.kube.target import KubeTarget
 from harness.cluster.kube.watches import pod_view
@@ -22,7 +22,6 @@ from harness.cluster.kube.watches import pod_view
 __all__ = [
     "GPU",
     "KEDA_PAUSE",
-    "NEEDED",
     "OPT_IN",
     "RESTORE",
     "KubeTarget",

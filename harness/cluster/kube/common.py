@@ -30,20 +30,6 @@ KEDA_PAUSE = "autoscaling.keda.sh/paused-replicas"
 # KEDA reads its triggers and may scale out, but does not scale in (KEDA >= 2.16)
 KEDA_PAUSE_SCALE_IN = "autoscaling.keda.sh/paused-scale-in"
 # (verb, resource, group, subresource) the harness needs in its namespace
-NEEDED = [
-    ("get", "deployments", "apps", ""),
-    ("patch", "deployments", "apps", ""),
-    ("patch", "deployments", "apps", "scale"),
-    ("list", "pods", "", ""),
-    ("watch", "pods", "", ""),
-    ("delete", "pods", "", ""),
-    ("patch", "pods", "", ""),
-    ("create", "pods", "", "eviction"),
-    ("get", "pods", "", "proxy"),
-    ("list", "replicasets", "apps", ""),
-    ("list", "endpointslices", "discovery.k8s.io", ""),
-    ("list", "events", "", ""),
-]
 
 
 def _ts(value) -> float:
@@ -148,9 +134,17 @@ class Cluster:
             raise self.error(exc, "patch", "deployments", f"deployment {self.deployment}") from None
 
     def allowed(
-        self, verb: str, resource: str, group: str = "", sub: str = "", ns=True, namespace=None
+        self,
+        verb: str,
+        resource: str,
+        group: str = "",
+        sub: str = "",
+        ns=True,
+        namespace=None,
+        name: str | None = None,
     ) -> bool | None:
-        """A SelfSubjectAccessReview; None when the cluster does not answer them."""
+        """A SelfSubjectAccessReview (of one object when named); None when the cluster does
+        not answer them."""
         review = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=client.V1ResourceAttributes(
@@ -159,6 +153,7 @@ class Cluster:
                     resource=resource,
                     group=group,
                     subresource=sub or None,
+                    name=name,
                 )
             )
         )

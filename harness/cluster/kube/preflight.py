@@ -6,9 +6,10 @@ import json
 
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import GPU, NEEDED, OPT_IN, RESTORE, Cluster, Shared, engine_of
+from harness.cluster.kube import access
+from harness.cluster.kube.common import GPU, OPT_IN, RESTORE, Cluster, Shared, engine_of
 from harness.cluster.kube.owners import owner_of
-from harness.cluster.target import TargetError
+from harness.cluster.target import CannotRun, TargetError
 from harness.files import write_atomic
 from harness.podspec import (
     DEFAULT_FAILURE_THRESHOLD,
@@ -23,8 +24,9 @@ class Preflight:
     """Before acting: the opt-in, permissions, lint of the Deployment, and what this
     cluster cannot do (node drains, GPUs for surge pods, a scaler to hand over to)."""
 
-    def __init__(self, c: Cluster, shared: Shared):
+    def __init__(self, c: Cluster, shared: Shared, kind: str | None = None):
         self.c, self.s = c, shared
+        self.kind = kind  # the scenario's kind: which permissions it needs
         self.lint_findings: list = []
 
     def check(self):
@@ -124,7 +126,8 @@ class Preflight:
             )
         if self.c.allowed("patch", "nodes", ns=False) is False:
             return (
-                "RBAC: not allowed to patch nodes (cordon); bind the ClusterRole "
+                "RBAC: not allowed to patch nodes (cordon), needed by drain (node); install "
+                "the chart with nodeDrain.enabled=true, or bind the ClusterRole "
                 "rollcheck-node-drain in deploy/rbac.yaml to the harness's identity"
             )
         return None
@@ -207,16 +210,23 @@ class Preflight:
         return None
 
     def check_access(self) -> None:
-        for verb, resource, group, sub in NEEDED:
-            allowed = self.c.allowed(verb, resource, group, sub)
-            if allowed is None:
-                return  # the cluster does not answer access reviews: find out when acting
-            if not allowed:
-                what = f"{resource}/{sub}" if sub else resource
-                raise TargetError(
-                    f"RBAC: not allowed to {verb} {what} in namespace {self.c.ns}; "
-                    "grant the Role in deploy/rbac.yaml to the harness's identity"
-                )
+        """Every permission this scenario will use (access.PERMISSIONS), asked before
+        anything is touched: one line per missing one; an error when every scenario needs
+        it, SKIPPED when only this scenario's kind does."""
+        c = self.c
+
+        def allowed(p: access.Permission) -> bool | None:
+            name = c.deployment if p.named else None
+            return c.allowed(p.verb, p.resource, p.group, p.sub, name=name)
+
+        found = access.missing(allowed, self.kind)
+        if found is None:
+            return  # the cluster does not answer access reviews: find out when acting
+        base, own = found
+        if base:
+            raise TargetError("\n".join(access.line(p, c.ns) for p in base + own))
+        if own:
+            raise CannotRun("\n".join(access.line(p, c.ns) for p in own))
 
     def pod_probes(self) -> dict:
         """The engine container's startup and liveness probes, as the live Deployment has

@@ -28,8 +28,15 @@ from harness.events import Event, EventLog
 class KubeTarget(Target):
     name = "kube"
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, api: client.ApiClient | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        api: client.ApiClient | None = None,
+        kind: str | None = None,
+    ):
         self.cfg = cfg
+        self.kind = kind  # the scenario's kind: the permissions asked before acting
         self.k = cfg.kube
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -60,7 +67,7 @@ class KubeTarget(Target):
         api.user_agent = f"{HARNESS_MANAGER}/1"
         c = self.cluster = Cluster(api, self.cfg, self.run_dir, self._events)
         s = self.shared
-        self.preflight = Preflight(c, s)
+        self.preflight = Preflight(c, s, self.kind)
         self.watches = Watches(c, s, self.scaling)
         self.restorer = Restore(c, s, self.scaling.release)
         self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)

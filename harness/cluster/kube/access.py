@@ -1,0 +1,99 @@
+"""What the Kubernetes target is allowed to do, asked before it acts.
+
+Every verb the target uses on the namespace under test is one row of PERMISSIONS, with
+what uses it and which scenarios need it (None: every scenario, from the settle on).
+Before anything is touched, the target asks the API server about each row with a
+SelfSubjectAccessReview (allowed to every authenticated identity): a row every scenario
+needs is an error naming each missing permission on a line of its own; a row only some
+scenarios need ends those scenarios as SKIPPED, with one line per missing permission.
+The chart's Role (charts/rollcheck/templates/rbac.yaml) grants exactly these rows.
+
+Reads the target can do without (the Services that name the engine's port, the Job's
+deadline, the HPAs and KEDA's ScaledObjects, free GPUs, the gateway's logs) are asked
+where they are used, and said there; node drains are asked by node_drain_blocker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EVERY = None  # the row is needed by every scenario
+
+
+@dataclass(frozen=True)
+class Permission:
+    verb: str
+    resource: str
+    group: str = ""
+    sub: str = ""
+    uses: str = ""
+    kinds: frozenset[str] | None = EVERY
+    named: bool = False  # asked (and granted) for the Deployment under test only
+
+    @property
+    def what(self) -> str:
+        return f"{self.resource}/{self.sub}" if self.sub else self.resource
+
+
+def _kinds(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+PERMISSIONS = [
+    Permission("get", "deployments", "apps", uses="the Deployment under test", named=True),
+    # list and watch by name (fieldSelector metadata.name), so resourceNames apply
+    Permission("list", "deployments", "apps", uses="its rollout's progress", named=True),
+    Permission("watch", "deployments", "apps", uses="its rollout's progress", named=True),
+    Permission(
+        "patch",
+        "deployments",
+        "apps",
+        uses="the restore note, the template (rollout, canary, startup) and putting it back",
+        named=True,
+    ),
+    Permission(
+        "patch", "deployments", "apps", "scale", uses="holding the replica count", named=True
+    ),
+    Permission("list", "replicasets", "apps", uses="which version each pod runs"),
+    Permission("watch", "replicasets", "apps", uses="which version each pod runs"),
+    Permission("get", "pods", uses="the pods' state"),
+    Permission("list", "pods", uses="the pods' state"),
+    Permission("watch", "pods", uses="the pods' lifecycle on the timeline"),
+    Permission("get", "pods", sub="proxy", uses="the engines' /metrics and /health"),
+    Permission("get", "pods", sub="log", uses="the engines' logs (tracing)"),
+    Permission("list", "endpointslices", "discovery.k8s.io", uses="when the gateway routes"),
+    Permission("watch", "endpointslices", "discovery.k8s.io", uses="when the gateway routes"),
+    Permission("list", "events", uses="the cluster's events on the timeline"),
+    Permission("watch", "events", uses="the cluster's events on the timeline"),
+    Permission("delete", "pods", uses="killing a pod (grace 0)", kinds=_kinds("pod_kill")),
+    Permission("create", "pods", sub="eviction", uses="evicting a pod", kinds=_kinds("drain")),
+    Permission("patch", "pods", uses="pod-deletion-cost of the victim", kinds=_kinds("scale_down")),
+]
+
+
+def needed_by(p: Permission) -> str:
+    return "every scenario" if p.kinds is EVERY else ", ".join(sorted(p.kinds))
+
+
+def line(p: Permission, namespace: str) -> str:
+    """One missing permission: what, where, what uses it and who needs it."""
+    return (
+        f"RBAC: not allowed to {p.verb} {p.what} in namespace {namespace}: {p.uses} "
+        f"(needed by {needed_by(p)}); grant it with the chart's Role "
+        "(charts/rollcheck) or deploy/rbac.yaml"
+    )
+
+
+def missing(allowed, kind: str | None) -> tuple[list[Permission], list[Permission]] | None:
+    """(rows every scenario needs, rows this kind needs) that `allowed(p)` refuses; None
+    when the cluster does not answer access reviews (find out when acting)."""
+    base, own = [], []
+    for p in PERMISSIONS:
+        if p.kinds is not EVERY and kind not in p.kinds:
+            continue
+        ok = allowed(p)
+        if ok is None:
+            return None
+        if not ok:
+            (base if p.kinds is EVERY else own).append(p)
+    return base, own
