@@ -767,11 +767,59 @@ def _kube_restore(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-COMMANDS = [_sim, _probe, _load, _up, _report, _canary, _lint, _plan, _kube_local, _kube_restore]
+def _serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a reports folder over HTTP, read-only (history first), for a review",
+    )
+    p.add_argument("folder", type=Path, nargs="?", default=Path("reports"))
+    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (0.0.0.0 in a pod)")
+    p.add_argument("--port", type=int, default=8080)
+
+    def run(ns: argparse.Namespace) -> int:
+        from harness.serve import make_server
+
+        server = make_server(ns.folder, ns.host, ns.port)
+        host, port = server.server_address[:2]
+        print(f"rollcheck serve: {ns.folder} on http://{host}:{port}/ (read-only)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt as exc:
+            return exit_code(exc, ctrl_c=0)
+        finally:
+            server.server_close()
+        return 0
+
+    p.set_defaults(func=run)
+
+
+COMMANDS = [
+    _sim,
+    _probe,
+    _load,
+    _up,
+    _report,
+    _canary,
+    _lint,
+    _plan,
+    _kube_local,
+    _kube_restore,
+    _serve,
+]
+
+
+def version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("rollcheck")
+    except metadata.PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rollcheck", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rollcheck {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in COMMANDS:
         register(sub)
