@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 from kubernetes import client, config, utils, watch
@@ -19,6 +20,7 @@ from harness.cluster.kubelocal.controlplane import (
 )
 from harness.cluster.kubelocal.image import IMAGE, sim_image
 from harness.cluster.kubelocal.node import (
+    HOST_FOR_PODS,
     Node,
     NodeError,
     check_host,
@@ -34,6 +36,7 @@ from harness.waits import wait_until
 
 __all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal", "NodeError", "ScalersError"]
 GPU = "nvidia.com/gpu"
+KUBERNETES_SERVICE = "10.96.0.1"  # the `kubernetes` Service (the API server's certificate names it)
 
 
 class EndpointSliceIngress:
@@ -206,7 +209,24 @@ class KubeLocal:
             node.start_kubelet(kubeconfig)
             node.wait_device_plugin_socket(before)  # one at a time: DEVICE_PLUGIN_SOCKET
         self._wait_nodes_ready()
+        for node in self.nodes:  # in-cluster clients (the nightly's pod) reach the API
+            node.forward_to_host(KUBERNETES_SERVICE, 443, self.control_plane.api_port)
         self.timings["nodes_ready_s"] = time.monotonic() - t
+
+    def load_image(self, image: Path) -> None:
+        """Another image (a docker-archive tar, image.runner_image) on every node, as a
+        registry would serve it."""
+        imports = [(node, node.import_image(image)) for node in self.nodes]
+        for node, proc in imports:
+            node.finish_import(proc, timeout_s=300)
+
+    def expose_to_pods(self, url: str) -> str:
+        """A URL on this machine's loopback (an ingress, Prometheus) as pods reach it."""
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port or 80
+        for node in self.nodes:
+            node.forward_to_host(HOST_FOR_PODS, port, port)
+        return parsed._replace(netloc=f"{HOST_FOR_PODS}:{port}").geturl()
 
     def _wait_nodes_ready(self, timeout_s: float = 90) -> None:
         core = client.CoreV1Api(self.api)

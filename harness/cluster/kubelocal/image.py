@@ -36,6 +36,10 @@ import harness
 from harness.errors import RollcheckError
 
 IMAGE = "localhost/rollcheck/sim"
+# rollcheck itself, for in-cluster runs (the chart's nightly and its report server): what
+# the Dockerfile builds, made here from the installed files without a registry
+RUNNER = "localhost/rollcheck/rollcheck"
+RUNNER_UID = 10001  # a user of its own, as the Dockerfile's: Pod Security "restricted"
 TAGS = ("v1", "v2", "v3", "v4", "latest")
 PAUSE = "localhost/rollcheck/pause:1"
 # What `rollcheck sim` imports beyond the standard library (python -X importtime), and
@@ -90,39 +94,59 @@ def _site_packages() -> Path:
 
 
 def _sources() -> dict[str, Path]:
-    """Every file of the image, by its path in the image."""
+    """Every file of the simulator image, by its path in the image."""
+    return _with_libraries(_base() | _site(_sim_files()))
+
+
+def _base() -> dict[str, Path]:
+    """This Python (interpreter, standard library), the package, and TOOLS."""
     files: dict[str, Path] = {}
     base = Path(sys.base_prefix)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     exe = Path(os.path.realpath(sys.executable))
     files[str(exe)] = exe
     for lib in (base / "lib").glob("libpython*.so*"):
         files[str(lib)] = lib
-    stdlib = base / "lib" / version
+    stdlib = _site_packages_in_image().parent
     for path in stdlib.rglob("*"):
         rel = path.relative_to(stdlib).parts
         if rel[0] in STDLIB_SKIP or path.is_dir() or ".opt-" in path.name:
             continue
         files[str(path)] = path
-    image_site = stdlib / "site-packages"
+    package = Path(harness.__file__).parent
+    for p in package.rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            files[str(_site_packages_in_image() / "harness" / p.relative_to(package))] = p
+    for tool in TOOLS:
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        if found is None:
+            raise ImageError(f"the simulator image needs {tool!r}, which is not installed")
+        files[f"/usr/bin/{tool}"] = Path(os.path.realpath(found))
+    return files
+
+
+def _site(relative: dict[str, Path]) -> dict[str, Path]:
+    """Files of this site-packages (by their path in it) at their place in the image."""
+    return {str(_site_packages_in_image() / rel): path for rel, path in relative.items()}
+
+
+def _sim_files() -> dict[str, Path]:
+    """What `rollcheck sim` imports (SIM_PACKAGES), by path in site-packages."""
+    files: dict[str, Path] = {}
     site = _site_packages()
     for name in SIM_PACKAGES:
         for path in [site / name, *site.glob(f"{name}.*.so"), site / f"{name}.py"]:
             if path.is_dir():
                 for p in path.rglob("*"):
                     if p.is_file() and ".opt-" not in p.name:
-                        files[str(image_site / p.relative_to(site))] = p
+                        files[str(p.relative_to(site))] = p
             elif path.is_file():
-                files[str(image_site / path.name)] = path
-    package = Path(harness.__file__).parent
-    for p in package.rglob("*"):
-        if p.is_file() and "__pycache__" not in p.parts:
-            files[str(image_site / "harness" / p.relative_to(package))] = p
-    for tool in TOOLS:
-        found = shutil.which(tool, path="/usr/bin:/bin")
-        if found is None:
-            raise ImageError(f"the simulator image needs {tool!r}, which is not installed")
-        files[f"/usr/bin/{tool}"] = Path(os.path.realpath(found))
+                files[path.name] = path
+    return files
+
+
+def _with_libraries(files: dict[str, Path]) -> dict[str, Path]:
+    """The files and every shared library their binaries link, /usr-merged paths."""
+    exe = Path(os.path.realpath(sys.executable))
     binaries = [exe, *[p for p in files.values() if p.suffix == ".so" or ".so." in p.name]]
     binaries += [files[f"/usr/bin/{t}"] for t in TOOLS]
     for lib in _linked_libraries(binaries):
@@ -154,8 +178,10 @@ def _stage(files: dict[str, Path], root: Path) -> None:
     for d in ("tmp", "etc", "proc", "sys", "dev", "var/run"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "tmp").chmod(0o1777)
-    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (root / "etc/group").write_text("root:x:0:\n")
+    (root / "etc/passwd").write_text(
+        f"root:x:0:0:root:/root:/bin/sh\nrollcheck:x:{RUNNER_UID}:{RUNNER_UID}::/tmp:/bin/sh\n"
+    )
+    (root / "etc/group").write_text(f"root:x:0:\nrollcheck:x:{RUNNER_UID}:\n")
     (root / "etc/resolv.conf").write_text("")
     site = root / str(_site_packages_in_image()).lstrip("/")
     if not compileall.compile_dir(
@@ -169,20 +195,23 @@ def _site_packages_in_image() -> Path:
     return Path(sys.base_prefix) / "lib" / version / "site-packages"
 
 
-def _config(entrypoint: list[str], diff_id: str) -> bytes:
+def _config(entrypoint: list[str], diff_id: str, workdir: str = "/", user=None) -> bytes:
+    config = {
+        "Entrypoint": entrypoint,
+        "Env": [
+            "PATH=/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "PYTHONUNBUFFERED=1",
+        ],
+        "WorkingDir": workdir,
+    }
+    if user is not None:
+        config["User"] = str(user)
     return json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {
-                "Entrypoint": entrypoint,
-                "Env": [
-                    "PATH=/usr/local/bin:/usr/bin:/bin",
-                    "PYTHONDONTWRITEBYTECODE=1",
-                    "PYTHONUNBUFFERED=1",
-                ],
-                "WorkingDir": "/",
-            },
+            "config": config,
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         },
         sort_keys=True,
@@ -190,6 +219,24 @@ def _config(entrypoint: list[str], diff_id: str) -> bytes:
 
 
 def _archive(root: Path, out: Path) -> None:
+    """The simulator and the pod sandbox, one layer."""
+    _write_archive(
+        root,
+        out,
+        [
+            (
+                ["python3", "-m", "harness.cli", "sim", "--host", "0.0.0.0"],
+                {},
+                [f"{IMAGE}:{t}" for t in TAGS],
+            ),
+            (["sleep", "infinity"], {}, [PAUSE]),
+        ],
+    )
+
+
+def _write_archive(root: Path, out: Path, images: list[tuple[list[str], dict, list[str]]]) -> None:
+    """A docker-archive of one layer (the folder `root`) and an image config per
+    (entrypoint, _config options, tags)."""
     layer = out.with_suffix(".layer")
     with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(root.rglob("*")):
@@ -207,18 +254,12 @@ def _archive(root: Path, out: Path) -> None:
             h.update(block)
     diff_id = "sha256:" + h.hexdigest()
     layer_name = f"{h.hexdigest()}/layer.tar"
-    sim = _config(["python3", "-m", "harness.cli", "sim", "--host", "0.0.0.0"], diff_id)
-    pause = _config(["sleep", "infinity"], diff_id)
-    configs = {hashlib.sha256(c).hexdigest() + ".json": c for c in (sim, pause)}
-    sim_cfg, pause_cfg = configs
-    manifest = [
-        {
-            "Config": sim_cfg,
-            "RepoTags": [f"{IMAGE}:{t}" for t in TAGS],
-            "Layers": [layer_name],
-        },
-        {"Config": pause_cfg, "RepoTags": [PAUSE], "Layers": [layer_name]},
-    ]
+    configs, manifest = {}, []
+    for entrypoint, options, tags in images:
+        data = _config(entrypoint, diff_id, **options)
+        name = hashlib.sha256(data).hexdigest() + ".json"
+        configs[name] = data
+        manifest.append({"Config": name, "RepoTags": tags, "Layers": [layer_name]})
     with tarfile.open(out, "w") as tar:
         tar.add(str(layer), arcname=layer_name)
         for name, data in [*configs.items(), ("manifest.json", json.dumps(manifest).encode())]:
@@ -226,6 +267,16 @@ def _archive(root: Path, out: Path) -> None:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     layer.unlink()
+
+
+def _prune(cache: Path, prefix: str, keep: Path) -> None:
+    """Images of this kind unused for a day (another checkout's may be in use)."""
+    for old in cache.glob(f"{prefix}*.tar"):
+        try:
+            if old != keep and time.time() - old.stat().st_mtime > 86400:
+                old.unlink(missing_ok=True)
+        except OSError:
+            continue
 
 
 def sim_image(cache: Path = CACHE) -> Path:
@@ -244,10 +295,90 @@ def sim_image(cache: Path = CACHE) -> Path:
         except OSError as exc:
             raise ImageError(f"building the simulator image in {cache} failed: {exc}") from None
         os.replace(part, out)
-    for old in cache.glob("sim-*.tar"):  # another checkout's may be in use: only old ones
-        try:
-            if old != out and time.time() - old.stat().st_mtime > 86400:
-                old.unlink(missing_ok=True)
-        except OSError:
-            continue
+    _prune(cache, "sim-", out)
     return out
+
+
+# --- the runner: rollcheck itself -------------------------------------------------------
+def _closure() -> list:
+    """The installed distributions rollcheck needs at run time (no extras), itself first."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    seen: dict[str, metadata.Distribution] = {}
+    todo = ["rollcheck"]
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise ImageError(f"the runner image needs {name!r}, which is not installed") from None
+        seen[name] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return list(seen.values())
+
+
+def _runner_files() -> dict[str, Path]:
+    """The closure's files in site-packages (rollcheck's own package comes with _base),
+    by path in site-packages; an editable install's finder is left out."""
+    site = _site_packages().resolve()
+    files: dict[str, Path] = {}
+    for dist in _closure():
+        for rel in dist.files or []:
+            path = Path(dist.locate_file(rel)).resolve()
+            if "__editable__" in path.name or ".opt-" in path.name or not path.is_file():
+                continue
+            if path.is_relative_to(site):
+                files[str(path.relative_to(site))] = path
+    return files
+
+
+def _app_files() -> dict[str, Path]:
+    """The scenarios the nightly runs and their pytest configuration, under /app."""
+    root = Path(harness.__file__).resolve().parent.parent
+    wanted = [root / "pyproject.toml", root / "conftest.py", *root.glob("scenarios/*.py")]
+    missing = [str(p) for p in wanted[:1] + [root / "scenarios"] if not p.exists()]
+    if missing:
+        raise ImageError(f"the runner image needs the repository's {', '.join(missing)}")
+    return {f"/app/{p.relative_to(root)}": p for p in wanted if p.is_file()}
+
+
+def runner_image(cache: Path = CACHE) -> Path:
+    """The rollcheck image tar (RUNNER:<version> and :latest) for kube-local: this
+    Python, rollcheck with what it needs at run time, the scenarios under /app; the
+    entrypoints `rollcheck` and `pytest` on PATH. Built once per content."""
+    files = _with_libraries(_base() | _site(_runner_files()) | _app_files())
+    out = cache / f"runner-{_digest(files)}.tar"
+    if out.exists():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
+        root = Path(tmp) / "rootfs"
+        try:
+            _stage(files, root)
+            for name, module in (("rollcheck", "harness.cli"), ("pytest", "pytest")):
+                script = root / "usr/bin" / name
+                call = "main()" if name == "rollcheck" else "raise SystemExit(main())"
+                script.write_text(f"#!/usr/bin/python3\nfrom {module} import main\n{call}\n")
+                script.chmod(0o755)
+            part = Path(tmp) / "image.tar"
+            options = {"workdir": "/app", "user": RUNNER_UID}
+            tags = [f"{RUNNER}:{t}" for t in _runner_tags()]
+            _write_archive(root, part, [(["rollcheck"], options, tags)])
+        except OSError as exc:
+            raise ImageError(f"building the runner image in {cache} failed: {exc}") from None
+        os.replace(part, out)
+    _prune(cache, "runner-", out)
+    return out
+
+
+def _runner_tags() -> list[str]:
+    from importlib import metadata
+
+    return [metadata.version("rollcheck"), "latest"]

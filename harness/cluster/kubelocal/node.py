@@ -89,6 +89,12 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+# Routed from every pod through its node: the Services' range (10.96.0.0/16, where the
+# `kubernetes` Service's 10.96.0.1:443 reaches the API server) and HOST_FOR_PODS.
+SERVICE_ROUTE = "10.96.0.0/15"
+HOST_FOR_PODS = "10.97.0.1"  # this machine's loopback ports, as pods reach them
+
+
 # --- what a node leaves behind -------------------------------------------------------
 class Leftovers:
     """A node's bridge, rules, folder and processes, written before they exist: the next
@@ -322,6 +328,16 @@ class Node:
         for rule in rules:
             _run("iptables", "-w", "-I", *rule)
 
+    def forward_to_host(self, address: str, port: int, host_port: int) -> None:
+        """Pods' connections to address:port reach 127.0.0.1:host_port on this machine, as
+        kube-proxy's DNAT takes a Service's address to its endpoints (route_localnet lets
+        the bridge's packets be sent to loopback). Undone with the bridge."""
+        rule = ["PREROUTING", "-t", "nat", "-i", self.bridge, "-d", address, "-p", "tcp"]
+        rule += ["--dport", str(port), "-j", "DNAT", "--to-destination", f"127.0.0.1:{host_port}"]
+        self.left.note(rules=[*self.left.record.get("rules", []), rule])
+        _run("sysctl", "-qw", f"net.ipv4.conf.{self.bridge}.route_localnet=1")
+        _run("iptables", "-w", "-I", *rule)
+
     def start_containerd(self) -> None:
         write_atomic(self.dir / "containerd.toml", self._containerd_config())
         cni = self.dir / "cni"
@@ -342,11 +358,12 @@ class Node:
 
         self._wait(up, "containerd", timeout_s)
 
-    def import_image(self) -> subprocess.Popen:
+    def import_image(self, image: Path | None = None) -> subprocess.Popen:
+        """`ctr images import` of the simulator image (or another docker-archive)."""
         log = open_append(self.dir / "import.log", binary=True, truncate=True)
         proc = subprocess.Popen(
             ["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import",
-             "--no-unpack=false", str(self.image)],
+             "--no-unpack=false", str(image or self.image)],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
@@ -361,8 +378,7 @@ class Node:
             code = -1
         if code != 0:
             raise NodeError(
-                f"importing the simulator image into {self.name}'s containerd failed: "
-                f"{self._tail('import')}"
+                f"importing an image into {self.name}'s containerd failed: {self._tail('import')}"
             )
 
     def start_kubelet(self, kubeconfig: Path) -> None:
@@ -516,7 +532,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                         "ipam": {
                             "type": "host-local",
                             "ranges": [[{"subnet": f"{net}.0/24", "gateway": self.ip}]],
-                            "routes": [],  # no default route: pods reach their bridge only
+                            # no default route: pods reach their bridge, the Services'
+                            # range and this machine's ports for pods (forward_to_host)
+                            "routes": [{"dst": SERVICE_ROUTE}],
                             "dataDir": str(self.dir.resolve() / "ipam"),
                         },
                     },
