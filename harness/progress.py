@@ -71,7 +71,7 @@ ACTION_LINES: dict[str, Callable] = {
     "rollout": lambda e, d: (
         f"act: a canary of {d.get('to_version')}, held at one replica until judged"
         if d.get("canary")
-        else f"act: rolling out {d.get('to_version') or d.get('version', '')}"
+        else f"act: rolling out {d.get('to_version') or e.version or ''}"
         + (f" ({d['max_surge']}/{d['max_unavailable']})" if "max_surge" in d else "")
     ),
     "canary_promote": lambda e, d: "the canary is promoted: the rollout goes on",
@@ -91,7 +91,8 @@ ACTION_LINES: dict[str, Callable] = {
     "not_recovered": lambda e, d: f"not recovered: {d.get('why')}",
     "replacement_served": lambda e, d: f"replacement {_pod(e)} served a complete stream",
     "queues_clear": lambda e, d: "the replicas' queues are clear",
-    "rolled_out": lambda e, d: f"rolled out to {d.get('version')}: {', '.join(d.get('pods', []))}",
+    # (an event's version is its own field, not part of its detail)
+    "rolled_out": lambda e, d: f"rolled out to {e.version}: {', '.join(d.get('pods', []))}",
     "scaler_removed": lambda e, d: f"the scaler's ReplicaSet removed {_pod(e)} ({d.get('why')})",
     "restored": lambda e, d: "restored what the scenario changed",
 }

@@ -89,7 +89,7 @@ def test_the_default_session_fits_the_suites_half_hour_and_the_gpu_nightly_does_
     assert default.typical_s < 10 * 60 and default.typical_s < default.worst_s < 60 * 60
     assert default.over(60 * 60) == []
 
-    gpu = outlook(EVERY_RUN, load_config(ROOT / "deploy/vllm/rollcheck.yaml", []), "kube")
+    gpu = outlook(EVERY_RUN, load_config(ROOT / "profiles/gpu.yaml", []), "kube")
     # replicas of minutes to start, bounds of half an hour: even the estimate overruns
     # the nightly's three hours, and the worst case is many times it
     assert gpu.typical_s > NIGHTLY_DEADLINE_S and gpu.worst_s > 5 * NIGHTLY_DEADLINE_S

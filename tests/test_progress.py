@@ -148,3 +148,18 @@ def test_clock_reads_as_a_person_reads_a_duration():
         "1h00m",
         "3h05m",
     ]
+
+
+def test_every_line_of_an_event_names_its_version_never_none():
+    """An event's version is its own field (EventLog.emit takes it apart from the
+    detail): the rollout's lines read it there ("rolled out to None" before)."""
+    from harness.events import EventLog
+    from harness.progress import EVENT_LINES
+
+    log = EventLog(None)
+    for ev in (
+        log.emit("action", action="rolled_out", version="v2", pods=["p-1", "p-2"]),
+        log.emit("action", action="rollout", version="v2", max_surge=1, max_unavailable=0),
+    ):
+        line = EVENT_LINES["action"](ev)
+        assert "v2" in line and "None" not in line, line

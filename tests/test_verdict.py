@@ -712,12 +712,12 @@ def test_a_version_that_never_became_ready_does_not_pass_the_startup_check():
 
 
 def test_the_gpu_profile_passes_its_own_config_checks():
-    """deploy/vllm/rollcheck.yaml, as the nightly loads it: its load step after the warm-up,
+    """profiles/gpu.yaml, as the nightly loads it: its load step after the warm-up,
     and answers that fit the 8k-context model it says it is sized for."""
     from harness.config.schema import load_config
 
     root = Path(__file__).resolve().parents[1]
-    cfg = load_config(root / "deploy/vllm/rollcheck.yaml")
+    cfg = load_config(root / "profiles/gpu.yaml")
     assert cfg.load.step_at_s > cfg.scenario.warmup_s
     prompt = max(p.tokens for p in cfg.load.prompt_tokens)
     longest = max([m.tokens for m in cfg.load.max_tokens] + [cfg.load.long_answer_tokens])

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
@@ -18,6 +17,7 @@ from harness.cluster.target import EvictionRefused, TargetError
 from harness.config.schema import load_config
 from harness.dryrun import kube_target
 from harness.proc import free_port
+from tests.chart import objects_of, render
 from tests.kube.conftest import (
     ready_pods,
     sim_objects,
@@ -481,37 +481,45 @@ GPU_PROFILE_SCALED_DOWN = [
 def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     kube_local, namespace, deployed, tmp_path
 ):
-    """deploy/nightly's own arguments, pointed at kube-local, every scenario: each ends in
+    """The chart's nightly arguments, pointed at kube-local, every scenario: each ends in
     a verdict or SKIPPED with its reason; the gateway's log is read through the API
     (pods/log of an ingress-nginx controller pod, in ingress-nginx's own format); the
-    load comes from deploy/locust's worker (its own shell loop, dialling the master's
+    load comes from the chart's Locust worker (its own shell loop, dialling the master's
     configured address, again for every scenario); a dated session folder with its JUnit
-    file, the history page, and the restore."""
+    file, the history page, and the restore. (tests/kube/test_chart_install.py runs a
+    night in the cluster itself.)"""
     ingress, _ = ingress_with_controller_pod(kube_local, namespace, deployed)
     root = Path(__file__).resolve().parents[2]
     port = free_port()
-    workers = list(yaml.safe_load_all((root / "deploy/locust/workers.yaml").read_text()))
-    spec = next(d for d in workers if d["kind"] == "Deployment")["spec"]["template"]["spec"]
-    script = spec["containers"][0]["args"][0].replace("rollcheck-locust-master", "127.0.0.1")
-    script = script.replace("python ", f"{sys.executable} ").replace("5557", str(port))
+    docs = render(
+        {
+            "target.deployment": "vllm",
+            "target.gatewayUrl": "http://vllm-gateway.llm-staging.svc:8000",
+            "locust.workers": 1,
+            "nightly.fitDeadline": "false",  # every scenario: no deadline here
+        }
+    )
+    (workers,) = [d for d in objects_of(docs, "Deployment") if "locust" in d["metadata"]["name"]]
+    script = workers["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    script = script.replace("rollcheck-locust-master", "127.0.0.1")
+    script = script.replace("python3 ", f"{sys.executable} ").replace("5557", str(port))
     worker = subprocess.Popen(["sh", "-c", script], cwd=root, start_new_session=True)
-    docs = list(yaml.safe_load_all((root / "deploy/nightly/cronjob.yaml").read_text()))
-    cron = next(d for d in docs if d["kind"] == "CronJob")
+    (cron,) = objects_of(docs, "CronJob")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    args = pod["containers"][0]["args"]
-    assert args[0] == "pytest"  # PID 1 is pytest itself: the kubelet's SIGTERM reaches it
-    here = {  # in this order: the gateway URL holds the namespace's name
-        "http://vllm-gateway.llm-staging.svc:8000": ingress.url,
-        "/config/rollcheck.yaml": str(root / "deploy/vllm/rollcheck.yaml"),
+    container = pod["containers"][0]
+    assert container["command"] == ["pytest"]  # PID 1 is pytest: the kubelet's SIGTERM reaches it
+    args = container["args"]
+    here = {
+        "/config/rollcheck.yaml": str(root / "profiles/gpu.yaml"),
         "/reports": str(tmp_path),
-        "llm-staging": namespace,
-        "=vllm": "=rollcheck-sim",
     }
     cmd = []
-    for a in args[1:]:
+    for a in args:
         for old, new in here.items():
             a = a.replace(old, new)
         cmd.append(a)
+    cmd += [f"--set=kube.namespace={namespace}", "--set=kube.deployment=rollcheck-sim"]
+    cmd += [f"--set=kube.gateway_url={ingress.url}"]
     cmd += [f"--kubeconfig={kube_local.kubeconfig}", "-k", EVERY_SCENARIO, "-q", "-rs"]
     # no scaler runs on this kube-local: rollcheck plays it (test_scalers.py runs KEDA)
     cmd += ["--set", "kube.scaler=harness"]
@@ -943,20 +951,15 @@ def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_shipped_rbac(
     kube_local, namespace, tmp_path
 ):
     """The nightly's pod knows its Job's activeDeadlineSeconds before the first scenario
-    (harness.cluster.kube.deadline), as deploy/rbac.yaml's ServiceAccount: a real Job, its
+    (harness.cluster.kube.deadline), as the chart's ServiceAccount: a real Job, its
     real pod, read through the API server with that account's token."""
     from harness.cluster.kube.common import connect
     from harness.cluster.kube.deadline import job_deadline
 
-    root = Path(__file__).resolve().parents[2]
-    shipped = list(yaml.safe_load_all((root / "deploy/rbac.yaml").read_text()))
-    # the namespace's own account, Role and binding (not the gateway's, in ingress-nginx)
-    own = [
-        d
-        for d in shipped
-        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-        and "namespace" not in d["metadata"]
-    ]
+    docs = render(
+        {"target.deployment": "rollcheck-sim", "target.gatewayUrl": "http://x"}, namespace=namespace
+    )
+    own = [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
     kube_local.apply_objects(own, namespace)
     batch, core = client.BatchV1Api(kube_local.api), client.CoreV1Api(kube_local.api)
     image = next(d for d in sim_objects() if d["kind"] == "Deployment")["spec"]["template"]

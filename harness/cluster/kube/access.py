@@ -9,8 +9,10 @@ scenarios need ends those scenarios as SKIPPED, with one line per missing permis
 The chart's Role (charts/rollcheck/templates/rbac.yaml) grants exactly these rows.
 
 Reads the target can do without (the Services that name the engine's port, the Job's
-deadline, the HPAs and KEDA's ScaledObjects, free GPUs, the gateway's logs) are asked
-where they are used, and said there; node drains are asked by node_drain_blocker.
+deadline, free GPUs, the gateway's logs) are asked where they are used, and said there;
+writes to a scaler (an HPA held, a ScaledObject paused) are granted by name (the chart's
+target.hpas and target.scaledObjects) and refused in one line when acting; node drains
+are asked by node_drain_blocker.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ PERMISSIONS = [
     Permission("get", "pods", sub="log", uses="the engines' logs (tracing)"),
     Permission("list", "endpointslices", "discovery.k8s.io", uses="when the gateway routes"),
     Permission("watch", "endpointslices", "discovery.k8s.io", uses="when the gateway routes"),
+    Permission("list", "horizontalpodautoscalers", "autoscaling", uses="the Deployment's own HPA"),
+    Permission("watch", "horizontalpodautoscalers", "autoscaling", uses="the scaler's decisions"),
+    Permission("list", "scaledobjects", "keda.sh", uses="the Deployment's own KEDA scaler"),
     Permission("list", "events", uses="the cluster's events on the timeline"),
     Permission("watch", "events", uses="the cluster's events on the timeline"),
     Permission("delete", "pods", uses="killing a pod (grace 0)", kinds=_kinds("pod_kill")),
@@ -79,8 +84,7 @@ def line(p: Permission, namespace: str) -> str:
     """One missing permission: what, where, what uses it and who needs it."""
     return (
         f"RBAC: not allowed to {p.verb} {p.what} in namespace {namespace}: {p.uses} "
-        f"(needed by {needed_by(p)}); grant it with the chart's Role "
-        "(charts/rollcheck) or deploy/rbac.yaml"
+        f"(needed by {needed_by(p)}); grant it with the chart's Role (charts/rollcheck)"
     )
 
 

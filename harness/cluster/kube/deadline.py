@@ -2,10 +2,10 @@
 
 A Job's activeDeadlineSeconds counts from the Job's start (status.startTime); past it the
 Job controller deletes its pods, and the kubelet's SIGTERM ends the session wherever it
-is. The pod learns its own name and namespace from the downward API (deploy/nightly sets
+is. The pod learns its own name and namespace from the downward API (the chart's CronJob sets
 ROLLCHECK_POD_NAME and ROLLCHECK_POD_NAMESPACE), else from its hostname and its service
 account's namespace file; its Job is its owner. RBAC: get on pods and batch/jobs
-(deploy/rbac.yaml).
+(the chart's Role <release>-self).
 """
 
 from __future__ import annotations

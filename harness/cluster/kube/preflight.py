@@ -127,8 +127,7 @@ class Preflight:
         if self.c.allowed("patch", "nodes", ns=False) is False:
             return (
                 "RBAC: not allowed to patch nodes (cordon), needed by drain (node); install "
-                "the chart with nodeDrain.enabled=true, or bind the ClusterRole "
-                "rollcheck-node-drain in deploy/rbac.yaml to the harness's identity"
+                "the chart with rbac.nodeDrain=true (a ClusterRole with get and patch on nodes)"
             )
         return None
 

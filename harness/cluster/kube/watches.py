@@ -308,8 +308,8 @@ class Watches:
         if self.c.allowed("get", "pods", sub="log", namespace=ns) is False:
             raise TargetError(
                 f"RBAC: not allowed to get pods/log in namespace {ns} (the gateway's logs); "
-                "grant the Role rollcheck-gateway-logs in deploy/rbac.yaml, or unset "
-                "kube.gateway_pods_selector"
+                "install the chart with rbac.gatewayLogs.namespace and .selector (its Role "
+                "<release>-gateway-logs), or unset kube.gateway_pods_selector"
             )
         try:
             pods = self.c.core.list_namespaced_pod(ns, label_selector=selector).items

@@ -349,11 +349,25 @@ def _app_files() -> dict[str, Path]:
     return {f"/app/{p.relative_to(root)}": p for p in wanted if p.is_file()}
 
 
+def _loadgen_files() -> dict[str, Path]:
+    """rollcheck's second package (the Locust side), by path in site-packages: an
+    editable install leaves it out of site-packages, as it does harness."""
+    import loadgen
+
+    package = Path(loadgen.__file__).parent
+    return {
+        str(Path("loadgen") / p.relative_to(package)): p
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
 def runner_image(cache: Path = CACHE) -> Path:
     """The rollcheck image tar (RUNNER:<version> and :latest) for kube-local: this
     Python, rollcheck with what it needs at run time, the scenarios under /app; the
     entrypoints `rollcheck` and `pytest` on PATH. Built once per content."""
-    files = _with_libraries(_base() | _site(_runner_files()) | _app_files())
+    files = _base() | _site(_runner_files() | _loadgen_files()) | _app_files()
+    files = _with_libraries(files)
     out = cache / f"runner-{_digest(files)}.tar"
     if out.exists():
         return out
