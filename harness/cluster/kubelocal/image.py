@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import harness
+from harness.dist import closure
 from harness.errors import RollcheckError
 
 IMAGE = "localhost/rollcheck/sim"
@@ -300,36 +301,12 @@ def sim_image(cache: Path = CACHE) -> Path:
 
 
 # --- the runner: rollcheck itself -------------------------------------------------------
-def _closure() -> list:
-    """The installed distributions rollcheck needs at run time (no extras), itself first."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
-    seen: dict[str, metadata.Distribution] = {}
-    todo = ["rollcheck"]
-    while todo:
-        name = todo.pop().lower().replace("_", "-")
-        if name in seen:
-            continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            raise ImageError(f"the runner image needs {name!r}, which is not installed") from None
-        seen[name] = dist
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    return list(seen.values())
-
-
 def _runner_files() -> dict[str, Path]:
     """The closure's files in site-packages (rollcheck's own package comes with _base),
     by path in site-packages; an editable install's finder is left out."""
     site = _site_packages().resolve()
     files: dict[str, Path] = {}
-    for dist in _closure():
+    for dist in closure():
         for rel in dist.files or []:
             path = Path(dist.locate_file(rel)).resolve()
             if "__editable__" in path.name or ".opt-" in path.name or not path.is_file():
