@@ -449,8 +449,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _say(config, [line for line in lines if "WARNING" in line], yellow=True)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     config = session.config
+    if exitstatus == pytest.ExitCode.INTERRUPTED and session_dir_key in config.stash:
+        _interrupted_runs(config.stash[session_dir_key])
     if config.stash.get(night_key, None) is not None:
         _session_dir(config)  # a night that left every run still says so
     if session_dir_key not in config.stash:
@@ -483,6 +485,44 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         tr.write_line(line)
     tr.write_line(f"rollcheck: session report {index}")
     tr.write_line(f"rollcheck: history of {session_dir.parent} {history}")
+
+
+def _interrupted_runs(session_dir: Path) -> None:
+    """A session stopped by a signal (the Job's deadline, a node drain, Ctrl-C) leaves the
+    run it was in without a verdict: that run says so, INCONCLUSIVE, so the index and the
+    history show the night as it ended, its records and events beside it."""
+    import json
+
+    from harness.files import write_atomic
+
+    for folder in sorted(p for p in session_dir.iterdir() if p.is_dir()):
+        if (folder / "summary.json").exists() or not (folder / "events.jsonl").exists():
+            continue
+        summary = {
+            "scenario": "interrupted",
+            "name": folder.name,
+            "verdict": "inconclusive",
+            "reason": "the session was interrupted (SIGTERM: the Job's deadline or a node "
+            "drain, or Ctrl-C) before this run's verdict; what it recorded is in its folder",
+            "requests": 0,
+            "outcomes": {},
+            "checks": [],
+        }
+        write_atomic(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The last of the session: no thread of rollcheck's may outlive it (an abort at
+    interpreter exit would turn a passing night into a failed Job: harness/threads.py)."""
+    from harness.threads import outliving
+
+    left = outliving()
+    if left:
+        import sys
+
+        print(
+            f"rollcheck: WARNING: threads still running at exit: {', '.join(left)}", file=sys.stderr
+        )
 
 
 SESSION_NAME = re.compile(r"^\d{8}-\d{6}-[a-z]+$")  # <stamp>-<target>, as _session_dir names

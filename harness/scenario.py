@@ -44,6 +44,9 @@ PRESTOP_MARGIN = 1.2
 PREFER_WAIT_S = 10.0
 
 
+HEALTH_JOIN_S = 15.0  # one /health request through the API's pods proxy, and its retries
+
+
 def write_skipped(run_dir: Path, kind: str, name: str, target: str, reason: str) -> dict:
     """The summary of a run that ended before acting (SKIPPED): why, for the index."""
     summary = {
@@ -770,6 +773,10 @@ class Scenario:
         the gateway's lines, the target's events) into the run data; records.jsonl is
         rewritten with each request's pod, version and gateway line."""
         self._health_stop.set()
+        if self._health_thread is not None:
+            # joined, not left running: a daemon thread still in a request (or logging a
+            # retry) at interpreter exit can abort the process after its last line
+            self._health_thread.join(HEALTH_JOIN_S)
         still_open = self.load.counts()["in_flight"]
         self.progress.phase(
             f"stopping the load: {still_open} streams still open (they may finish within "

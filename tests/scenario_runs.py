@@ -17,9 +17,13 @@ def run_scenarios(
     options: tuple[str, ...] = (),
     timeout_s: float = 600,
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """The pytest process and the summary.json of every scenario run it wrote."""
+    """The pytest process and the summary.json of every scenario run it wrote. The
+    process's exit status is held to what a CI job reads from it (check_exit)."""
     args = [
         sys.executable,
+        # a fatal error (SIGABRT, SIGSEGV) prints every thread's stack on stderr
+        "-X",
+        "faulthandler",
         "-m",
         "pytest",
         "scenarios",
@@ -36,4 +40,19 @@ def run_scenarios(
         args += ["--set", s]
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     summaries = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("*/*/summary.json"))]
+    check_exit(proc, summaries)
     return proc, summaries
+
+
+def check_exit(proc: subprocess.CompletedProcess, summaries: list[dict]) -> None:
+    """The exit status means what the run found, as a nightly Job's status does: never
+    a signal or an abort after the last line (SIGABRT is 134, or -6), and 0 exactly when
+    no scenario FAILed or was INCONCLUSIVE."""
+    code = proc.returncode
+    tail = proc.stdout[-1500:] + "\n--- stderr ---\n" + proc.stderr[-4000:]
+    assert 0 <= code < 6, f"pytest ended with status {code} (a signal or an abort):\n{tail}"
+    broken = [s["name"] for s in summaries if s.get("verdict") in ("fail", "inconclusive")]
+    if broken:
+        assert code == 1, f"{broken} did not pass, yet pytest exited {code}:\n{tail}"
+    if code == 0:
+        assert not broken, tail

@@ -131,3 +131,30 @@ def test_a_night_that_cannot_fit_a_run_leaves_each_for_another_night_and_says_wh
     cases = ET.parse(junit).getroot().iter("testcase")
     skipped = [c.find("skipped").get("message") for c in cases if c.find("skipped") is not None]
     assert len(skipped) == 3 and all("left for another night" in m for m in skipped), skipped
+
+
+@pytest.mark.unit
+def test_a_run_cut_by_a_signal_says_so_and_the_night_stays_readable(tmp_path):
+    """A Job killed at its deadline: the run it was in has records and events but no
+    verdict; it is INCONCLUSIVE with why, and the index and the history read it."""
+    from harness.pytest_plugin import _interrupted_runs
+    from harness.report.compare import write_history
+    from harness.report.html import write_index
+
+    session = tmp_path / "20261205-020000-kube"
+    done, cut = session / "test_drain_pod", session / "test_rollout_blue-green"
+    for folder in (done, cut):
+        folder.mkdir(parents=True)
+        (folder / "events.jsonl").write_text("")
+    (done / "summary.json").write_text(
+        json.dumps({"scenario": "drain", "name": "test_drain[pod]", "verdict": "skipped",
+                    "reason": "r", "requests": 0, "outcomes": {}, "checks": []})
+    )  # fmt: skip
+    _interrupted_runs(session)
+    s = json.loads((cut / "summary.json").read_text())
+    assert s["verdict"] == "inconclusive" and "interrupted" in s["reason"]
+    assert json.loads((done / "summary.json").read_text())["verdict"] == "skipped"
+    page = write_index(session).read_text()
+    assert "INCONCLUSIVE" in page and "test_rollout_blue-green" in page
+    history, _ = write_history(tmp_path)
+    assert "inconclusive" in Path(history).read_text().lower()
