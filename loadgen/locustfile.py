@@ -2,7 +2,7 @@
 
 Started by harness/load.py (`LoadRun`) with ROLLCHECK_LOAD_CONFIG naming a JSON
 file: {"url", "settings", "thresholds", "run_dir", "parent_pid"}. A worker started
-elsewhere (deploy/locust, `locust --worker --master-host ...`) has no such file: what
+elsewhere (the chart's workers, `locust --worker --master-host ...`) has no such file: what
 a worker needs (url, settings, thresholds) rides on the master's spawn message, as a
 custom option (Locust hands custom options to its workers).
 Each worker judges its streams with harness.client and ships StreamRecords to the

@@ -39,9 +39,9 @@ class LoadSettings:
     api_key_env: str | None = None
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers
-    external_workers: int = 0  # workers started elsewhere (deploy/locust), awaited by the master
+    external_workers: int = 0  # workers started elsewhere (the chart's locust.workers), awaited by the master
     # where the master listens for workers: loopback for local workers; in a cluster,
-    # 0.0.0.0 and the port the rollcheck-locust-master Service targets (deploy/locust)
+    # 0.0.0.0 and the port the rollcheck-locust-master Service targets (the chart's workers)
     master_bind: str = "127.0.0.1"
     master_port: int = 0  # 0: a free port (local workers only)
     stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
@@ -69,7 +69,7 @@ class LoadSettings:
         if self.external_workers and not self.master_port:
             raise ValueError(
                 "external_workers need a known master_port (and master_bind 0.0.0.0 in a "
-                "cluster): the port deploy/locust's workers dial"
+                "cluster): the port the chart's workers dial"
             )
         if not self.path.startswith("/"):
             raise ValueError(f"path must start with '/', got {self.path!r}")

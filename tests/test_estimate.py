@@ -13,7 +13,7 @@ from harness.estimate import outlook
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-NIGHTLY_DEADLINE_S = 10800  # deploy/nightly's activeDeadlineSeconds
+NIGHTLY_DEADLINE_S = 21600  # the chart's nightly.deadlineSeconds
 EVERY_RUN = [
     ("test_canary", "canary", {}),
     ("test_drain[node]", "drain", {}),
@@ -84,15 +84,18 @@ def test_a_rollout_takes_what_the_planner_predicts_for_its_own_strategy(tmp_path
     assert took["1"] >= 4 * 20 and took["100%"] < 2 * 20
 
 
-def test_the_default_session_fits_the_suites_half_hour_and_the_gpu_nightly_does_not(tmp_path):
+def test_the_default_session_fits_the_suites_half_hour_and_the_gpu_nightly_plans_its_nights(
+    tmp_path,
+):
     default = outlook(EVERY_RUN, load_config(None, []), "local")
     assert default.typical_s < 10 * 60 and default.typical_s < default.worst_s < 60 * 60
     assert default.over(60 * 60) == []
 
     gpu = outlook(EVERY_RUN, load_config(ROOT / "profiles/gpu.yaml", []), "kube")
-    # replicas of minutes to start, bounds of half an hour: even the estimate overruns
-    # the nightly's three hours, and the worst case is many times it
-    assert gpu.typical_s > NIGHTLY_DEADLINE_S and gpu.worst_s > 5 * NIGHTLY_DEADLINE_S
+    # replicas of minutes to start, bounds of half an hour: the estimate fits the chart's
+    # six hours, the worst case is several times it (so the night plans: test_chart.py)
+    assert gpu.typical_s < NIGHTLY_DEADLINE_S and gpu.worst_s > 3 * NIGHTLY_DEADLINE_S
+    assert max(s.worst_s for s in gpu.scenarios) * 2 < NIGHTLY_DEADLINE_S  # two a night
     (advice,) = gpu.over(NIGHTLY_DEADLINE_S)  # dropping scenarios cannot fix it: no drop
     assert advice.startswith("shorten scenario.recovery_s (22 waits, 11h00m")
 

@@ -207,7 +207,7 @@ def test_the_api_key_goes_on_every_request_and_into_no_file(sim_factory, tmp_pat
 def test_external_workers_connect_through_the_configured_address_and_ship_every_record(
     sim_factory, tmp_path
 ):
-    """Workers started as deploy/locust starts them: their own processes, no runtime file,
+    """Workers started as the chart's workers starts them: their own processes, no runtime file,
     another folder; the master sends them the run's settings when they connect."""
     from harness.load import LOCUSTFILE
     from harness.proc import free_port
