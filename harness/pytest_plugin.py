@@ -471,7 +471,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     keep = config.getoption("keep_sessions")
     if keep:
-        pruned = prune_sessions(session_dir.parent, keep)
+        pruned = prune_sessions(session_dir.parent, keep, current=session_dir)
         if pruned and tr is not None:
             tr.write_line(f"rollcheck: pruned {len(pruned)} old sessions ({', '.join(pruned)})")
     # every session in the reports folder (the nightly keeps one per night): the history
@@ -528,20 +528,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 SESSION_NAME = re.compile(r"^\d{8}-\d{6}-[a-z]+$")  # <stamp>-<target>, as _session_dir names
 
 
-def prune_sessions(reports_dir: Path, keep: int) -> list[str]:
+def prune_sessions(reports_dir: Path, keep: int, current: Path | None = None) -> list[str]:
     """Delete all but the newest `keep` session folders (named and shaped as sessions:
-    nothing else in the folder is touched)."""
+    nothing else in the folder is touched), never `current` (this session's, whatever
+    its name sorts as: a clock set back on the node)."""
     import shutil
 
+    current = current.resolve() if current is not None else None
     sessions = sorted(
         p
         for p in reports_dir.iterdir()
-        if p.is_dir() and SESSION_NAME.match(p.name) and any(p.glob("*/summary.json"))
+        if p.is_dir()
+        and SESSION_NAME.match(p.name)
+        and any(p.glob("*/summary.json"))
+        and p.resolve() != current
     )
-    old = sessions[:-keep] if len(sessions) > keep else []
+    room = max(0, keep - 1 if current is not None else keep)  # the current one counts
+    old = sessions[: max(0, len(sessions) - room)]
     for p in old:
         shutil.rmtree(p)
     return [p.name for p in old]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """--keep-sessions: room on the reports volume before the night writes (the oldest
+    nights beyond the count, so a volume full of old nights is not this night's end)."""
+    keep = session.config.getoption("keep_sessions", None)
+    reports = Path(session.config.getoption("reports_dir", None) or "reports")
+    if keep and reports.is_dir():
+        prune_sessions(reports, keep - 1)
 
 
 def verdict_lines(session_dir: Path) -> list[str]:

@@ -33,3 +33,16 @@ def test_pruning_keeps_the_newest_sessions_and_nothing_else_is_touched(tmp_path)
         "kube-local-20261101-000000",
     ]
     assert prune_sessions(tmp_path, keep=5) == []
+
+
+def test_pruning_never_takes_the_current_session_whatever_its_name_sorts_as(tmp_path):
+    for day in ("20261128", "20261129", "20261130"):
+        session(tmp_path, f"{day}-020000-kube")
+    # this night's folder, named by a node whose clock was set back: it sorts first
+    session(tmp_path, "20250101-020000-kube")
+    gone = prune_sessions(tmp_path, keep=2, current=tmp_path / "20250101-020000-kube")
+    assert gone == ["20261128-020000-kube", "20261129-020000-kube"]
+    assert (tmp_path / "20250101-020000-kube").is_dir()
+    assert prune_sessions(tmp_path, keep=1, current=tmp_path / "20250101-020000-kube") == [
+        "20261130-020000-kube"
+    ]

@@ -13,6 +13,11 @@ image and nothing else does; images unused for a day are removed. One layer carr
 several names: the simulator under
 `localhost/rollcheck/sim:<tag>` for each tag in TAGS, and the pod sandbox (`sleep
 infinity`, which containerd stops with SIGKILL) as `localhost/rollcheck/pause:1`.
+
+The runner image (`runner_image`, RUNNER) is the Dockerfile's image made the same way,
+for the chart's pods on kube-local: rollcheck with the closure of its run-time
+dependencies (harness.dist), the scenarios under /app, user RUNNER_UID. Only the tests
+that install the chart import it (KubeLocal.load_image).
 """
 
 from __future__ import annotations
@@ -282,8 +287,13 @@ def _prune(cache: Path, prefix: str, keep: Path) -> None:
 
 def sim_image(cache: Path = CACHE) -> Path:
     """The image tar for this package and this Python: built once, then reused."""
-    files = _sources()
-    out = cache / f"sim-{_digest(files)}.tar"
+    return _cached(cache, "sim", "the simulator image", _sources(), _archive)
+
+
+def _cached(cache: Path, kind: str, what: str, files: dict[str, Path], finish) -> Path:
+    """The image tar `<kind>-<digest of its files>.tar` in the cache: staged from
+    `files` and written by `finish(root, out)` once, then reused; old ones pruned."""
+    out = cache / f"{kind}-{_digest(files)}.tar"
     if out.exists():
         return out
     cache.mkdir(parents=True, exist_ok=True)
@@ -292,11 +302,11 @@ def sim_image(cache: Path = CACHE) -> Path:
         try:
             _stage(files, root)
             part = Path(tmp) / "image.tar"
-            _archive(root, part)
+            finish(root, part)
         except OSError as exc:
-            raise ImageError(f"building the simulator image in {cache} failed: {exc}") from None
+            raise ImageError(f"building {what} in {cache} failed: {exc}") from None
         os.replace(part, out)
-    _prune(cache, "sim-", out)
+    _prune(cache, f"{kind}-", out)
     return out
 
 
@@ -344,29 +354,18 @@ def runner_image(cache: Path = CACHE) -> Path:
     Python, rollcheck with what it needs at run time, the scenarios under /app; the
     entrypoints `rollcheck` and `pytest` on PATH. Built once per content."""
     files = _base() | _site(_runner_files() | _loadgen_files()) | _app_files()
-    files = _with_libraries(files)
-    out = cache / f"runner-{_digest(files)}.tar"
-    if out.exists():
-        return out
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
-        root = Path(tmp) / "rootfs"
-        try:
-            _stage(files, root)
-            for name, module in (("rollcheck", "harness.cli"), ("pytest", "pytest")):
-                script = root / "usr/bin" / name
-                call = "main()" if name == "rollcheck" else "raise SystemExit(main())"
-                script.write_text(f"#!/usr/bin/python3\nfrom {module} import main\n{call}\n")
-                script.chmod(0o755)
-            part = Path(tmp) / "image.tar"
-            options = {"workdir": "/app", "user": RUNNER_UID}
-            tags = [f"{RUNNER}:{t}" for t in _runner_tags()]
-            _write_archive(root, part, [(["rollcheck"], options, tags)])
-        except OSError as exc:
-            raise ImageError(f"building the runner image in {cache} failed: {exc}") from None
-        os.replace(part, out)
-    _prune(cache, "runner-", out)
-    return out
+
+    def finish(root: Path, out: Path) -> None:
+        for name, module in (("rollcheck", "harness.cli"), ("pytest", "pytest")):
+            script = root / "usr/bin" / name
+            call = "main()" if name == "rollcheck" else "raise SystemExit(main())"
+            script.write_text(f"#!/usr/bin/python3\nfrom {module} import main\n{call}\n")
+            script.chmod(0o755)
+        options = {"workdir": "/app", "user": RUNNER_UID}
+        tags = [f"{RUNNER}:{t}" for t in _runner_tags()]
+        _write_archive(root, out, [(["rollcheck"], options, tags)])
+
+    return _cached(cache, "runner", "the runner image", _with_libraries(files), finish)
 
 
 def _runner_tags() -> list[str]:
