@@ -951,7 +951,7 @@ def test_startup_without_a_startup_probe_is_a_real_crash_loop_and_is_rolled_back
     assert len(ready_pods(kube_local, namespace)) == 2
 
 
-def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_shipped_rbac(
+def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_charts_rbac(
     kube_local, namespace, tmp_path
 ):
     """The nightly's pod knows its Job's activeDeadlineSeconds before the first scenario
