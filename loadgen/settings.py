@@ -39,9 +39,10 @@ class LoadSettings:
     api_key_env: str | None = None
     path: str = "/v1/chat/completions"
     workers: int = 0  # 0: one local process; N: a master and N local workers
-    external_workers: int = 0  # workers started elsewhere (the chart's locust.workers), awaited by the master
+    # workers started elsewhere (the chart's locust.workers), awaited by the master
+    external_workers: int = 0
     # where the master listens for workers: loopback for local workers; in a cluster,
-    # 0.0.0.0 and the port the rollcheck-locust-master Service targets (the chart's workers)
+    # 0.0.0.0 and the port the chart's <release>-locust-master Service targets
     master_bind: str = "127.0.0.1"
     master_port: int = 0  # 0: a free port (local workers only)
     stop_timeout_s: float = 12.0  # at stop, users may finish their stream this long
