@@ -22,7 +22,7 @@ from kubernetes import client
 
 from harness.cluster.kube import RESTORE, KubeTarget
 from harness.cluster.kubelocal.image import RUNNER, RUNNER_UID, runner_image
-from harness.cluster.target import CannotRun
+from harness.cluster.target import CannotRun, TargetError
 from harness.config.schema import load_config
 from tests.chart import CHART, ROOT, objects_of, render
 from tests.kube.conftest import (
@@ -338,6 +338,29 @@ def test_the_base_role_alone_skips_a_node_drain_and_a_pod_kill_with_one_line_eac
     )
     nodes = client.CoreV1Api(kube_local.api).list_node().items
     assert not any(n.spec.unschedulable for n in nodes)
+    # an HPA of the Deployment's own that the chart was not told of (target.hpas): every
+    # scenario would hold it, so the run stops before acting, naming the value to set
+    client.AutoscalingV2Api(kube_local.api).create_namespaced_horizontal_pod_autoscaler(
+        namespace,
+        {
+            "metadata": {"name": "sim-hpa"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "rollcheck-sim"},
+                "minReplicas": 2,
+                "maxReplicas": 3,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}],
+            },
+        },
+    )  # fmt: skip
+    held = KubeTarget(load_config(None, base), tmp_path / "held", kind="drain")
+    with pytest.raises(TargetError) as info:
+        held.start()
+    held.close()
+    assert str(info.value).splitlines() == [
+        f"RBAC: not allowed to patch HorizontalPodAutoscaler sim-hpa in namespace {namespace}: "
+        "it scales the Deployment, and rollcheck holds it for each scenario and puts it back "
+        "(needed by every scenario); name it in the chart's target.hpas"
+    ]
     assert (
         apps.read_namespaced_deployment("rollcheck-sim", namespace).metadata.annotations.get(
             RESTORE

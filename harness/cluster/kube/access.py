@@ -101,3 +101,12 @@ def missing(allowed, kind: str | None) -> tuple[list[Permission], list[Permissio
         if not ok:
             (base if p.kinds is EVERY else own).append(p)
     return base, own
+
+
+def scaler_line(kind: str, name: str, namespace: str, value: str) -> str:
+    """A scaler of the Deployment's own that the harness may not write (hold or pause)."""
+    return (
+        f"RBAC: not allowed to patch {kind} {name} in namespace {namespace}: it scales the "
+        f"Deployment, and rollcheck holds it for each scenario and puts it back (needed by "
+        f"every scenario); name it in the chart's {value}"
+    )

@@ -222,8 +222,19 @@ class Preflight:
         if found is None:
             return  # the cluster does not answer access reviews: find out when acting
         base, own = found
-        if base:
-            raise TargetError("\n".join(access.line(p, c.ns) for p in base + own))
+        lines = [access.line(p, c.ns) for p in base]
+        # the Deployment's own scalers, which every scenario holds: asked by name
+        for kind, resource, group, names, value in (
+            ("HorizontalPodAutoscaler", "horizontalpodautoscalers", "autoscaling",
+             c.hpas() if not base else [], "target.hpas"),
+            ("ScaledObject", "scaledobjects", "keda.sh",
+             c.scaled_objects() if not base else [], "target.scaledObjects"),
+        ):  # fmt: skip
+            for name in names:
+                if c.allowed("patch", resource, group, name=name) is False:
+                    lines.append(access.scaler_line(kind, name, c.ns, value))
+        if lines:
+            raise TargetError("\n".join(lines + [access.line(p, c.ns) for p in own]))
         if own:
             raise CannotRun("\n".join(access.line(p, c.ns) for p in own))
 
