@@ -301,6 +301,13 @@ def gateway_clean(d: RunData) -> CheckResult:
 # --- SLO budgets, per phase -------------------------------------------------------------
 
 
+def _slo_figure(r: StreamRecord, kind: str) -> float:
+    """What an SLO judges of a stream: its TTFT, or its longest inter-token gap; no first
+    token at all counts as the worst."""
+    value = r.ttft_s if kind == "ttft" else r.itl_max_s
+    return float("inf") if value is None else value
+
+
 def _breached(r: StreamRecord, kind: str, slo_s: float) -> bool:
     if kind == "ttft":
         # no first token at all (an error, a hang) is a breach too
@@ -381,7 +388,7 @@ def slo_budget_for(
             judged_n += len(recs)
             observed[p] = f"{len(over)} of {len(recs)} ({share:.1%})"
             if share > budgets.get(p, 0.0):
-                worst = sorted(over, key=lambda r: -(getattr(r, f"{kind}_s", None) or 1e9))
+                worst = sorted(over, key=lambda r: -_slo_figure(r, kind))
                 bad += worst
                 broke.append(_window(p, over, d))
         empty = [p for p in required if not by_phase[p]]

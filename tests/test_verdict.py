@@ -797,3 +797,16 @@ def test_istio_text_and_envoy_gateway_json_lines_as_shipped():
         2.5,
     )
     assert line.flags == ["UC"] and "upstream prematurely closed" in line.errors[0]
+
+
+def test_slo_offenders_are_listed_worst_first_for_itl_as_for_ttft():
+    """The ITL budget's offenders in order of their longest gap (the sort read an
+    attribute that does not exist, itl_s, and kept the records' own order)."""
+    records = [rec(f"b{i}", sent=T - 3 + i * 0.1, dur=1, itl_max_s=0.01) for i in range(4)]
+    gaps = {"d0": 1.5, "d1": 4.0, "d2": 2.5}
+    records += [rec(r, sent=T + 1, dur=1, itl_max_s=g) for r, g in gaps.items()]
+    d = data(records, itl_slo_s=1.0, slo_budgets={"itl": {"before": 0, "during": 0, "after": 0}})
+    r = C.itl_slo_budget(d)
+    assert status(r) == "fail" and r.requests == ["d1", "d2", "d0"]
+    ttft = C.ttft_slo_budget(data([rec("x", sent=T + 1, ttft=2.0), rec("y", sent=T + 1, ttft=3.0)]))
+    assert ttft.requests == ["y", "x"]
