@@ -50,7 +50,15 @@ class LoadResult:
 
     @property
     def outcome_total(self) -> int:
-        return sum(1 for r in self.records if r.outcome in Outcome._value2member_map_)
+        """The outcomes the workers counted as they judged each stream (status.json's
+        "outcomes", summed over the workers): counted apart from the records written, so
+        a record lost or written twice between a worker and records.jsonl shows."""
+        counted = self.status.get("outcomes") if isinstance(self.status, dict) else None
+        if not isinstance(counted, dict):
+            return 0
+        return sum(
+            n for k, n in counted.items() if k in Outcome._value2member_map_ and isinstance(n, int)
+        )
 
     def accounting_ok(self) -> bool:
         return not self.problems
@@ -346,10 +354,12 @@ class LoadRun:
         for wid in status.get("lost_workers", []):
             problems.append(f"worker {wid} never reported its last records")
         result = LoadResult(records, sent, status)
-        if not sent == len(records) == result.outcome_total:
+        ids = [r.request_id for r in records]
+        twice = len(ids) - len(set(ids))
+        if not sent == len(records) == result.outcome_total or twice:
             problems.append(
-                f"accounting: sent {sent}, records {len(records)}, "
-                f"outcomes {result.outcome_total}: requests were lost"
+                f"accounting: sent {sent}, records {len(records)} ({twice} written twice), "
+                f"outcomes counted {result.outcome_total}: requests were lost or doubled"
             )
         result.problems = problems
         self.result = result

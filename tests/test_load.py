@@ -49,6 +49,23 @@ def test_records_reach_the_master_and_long_streams_are_cancelled(sim_factory, tm
     assert len({r.request_id for r in result.records}) == len(result.records)
     assert (tmp_path / "records.jsonl").read_text().count("\n") == result.sent
     assert run.master.poll() is not None and all(w.poll() is not None for w in run.workers)
+    # the accounting check holds the records to what the workers counted: one record
+    # dropped, or one written twice, fails it (outcomes were once counted from the
+    # records themselves, so neither could)
+    from harness.checks import check_accounting
+
+    ok = check_accounting(result.sent, result.records, result.outcome_total)
+    assert ok.status.value == "pass" and result.outcome_total == result.sent
+    dropped = check_accounting(result.sent, result.records[1:], result.outcome_total)
+    doubled = check_accounting(
+        result.sent, [*result.records, result.records[0]], result.outcome_total
+    )
+    swapped = check_accounting(
+        result.sent, [result.records[0], *result.records[:-1]], result.outcome_total
+    )
+    for r in (dropped, doubled, swapped):
+        assert r.status.value == "fail", r
+    assert doubled.observed["dupes"] == 1 and swapped.observed["dupes"] == 1
 
 
 def test_killed_worker_is_reported(sim_factory, tmp_path):
