@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
+from harness.secrets import is_secret_name
 from harness.streams import End, StreamObserver, StreamRecord, Thresholds
 
 CONNECT_TIMEOUT_S = 10.0
@@ -110,7 +111,6 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
-SECRET_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key")
 REDACTED = "[redacted]"
 
 
@@ -118,7 +118,7 @@ def secrets_of(headers: dict | None) -> list[str]:
     """The values an Authorization (or API key) header carries: never to be written."""
     out = []
     for key, value in (headers or {}).items():
-        if key.lower() in SECRET_HEADERS and value:
+        if is_secret_name(key) and value:  # Authorization, X-API-Key, ... (harness/secrets.py)
             out.append(str(value))
             scheme, _, token = str(value).partition(" ")
             if token and scheme.lower() in ("bearer", "basic", "token"):

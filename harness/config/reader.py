@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import RollcheckError
+from harness.secrets import is_secret_name
 from harness.yamlsafe import YamlInputError, load_one
 
 
@@ -26,13 +27,12 @@ class ConfigError(RollcheckError, ValueError):
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kilobytes
 MAX_INT = 1 << 31  # no count or size rollcheck reads is larger
 MAX_SECONDS = 10_000_000.0  # about 115 days: longer is a typo
-SECRET_WORDS = ("key", "token", "password", "secret", "credential")
 
 
 def is_secret(key: str) -> bool:
-    """A setting whose value is never echoed (an error shows <hidden> instead)."""
-    last = key.rsplit(".", 1)[-1].lower()
-    return any(w in last for w in SECRET_WORDS) and not last.endswith("_env")
+    """A setting whose value is never echoed (an error shows <hidden> instead): the last
+    part of a dotted key, by the one rule (harness/secrets.py)."""
+    return is_secret_name(key.rsplit(".", 1)[-1])
 
 
 def shown(key: str, value: Any) -> str:

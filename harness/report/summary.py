@@ -6,34 +6,15 @@ import dataclasses
 
 from harness.checks import goodput, health_during_drain
 from harness.gateway_logs import gateway_summary
+from harness.secrets import is_secret_name
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.timeline import scaler_summary, version_share
 from harness.verdict import attribution, verdict
 
-# Exact key names (lower case) that hold credentials; a count such as max_answer_tokens
-# is not one of them.
-SECRET_KEYS = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "authorization",
-        "bearer",
-        "token",
-        "api_token",
-        "access_token",
-        "auth_token",
-        "bearer_token",
-        "password",
-        "secret",
-        "client_secret",
-    }
-)
-SECRET_SUFFIXES = ("_api_key", "_password", "_secret", "_bearer_token", "_access_token")
-
 
 def is_secret_key(key) -> bool:
-    k = str(key).lower()
-    return k in SECRET_KEYS or k.endswith(SECRET_SUFFIXES)
+    """A key whose value is redacted before anything is written (harness/secrets.py)."""
+    return is_secret_name(key)
 
 
 def redact(obj):
