@@ -57,6 +57,21 @@ MAX_REQUESTS = 1_000_000
 MAX_CONCURRENCY = 1000
 
 
+def _out_folder(folder: Path, option: str, page: Path | None = None) -> None:
+    """The folder a command will write into exists (or is made) and is writable: one
+    line naming the option and the path otherwise, before any work is done."""
+    named = page if page is not None else folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {named}: cannot make the folder {folder} ({exc.strerror or exc}); give "
+            "a path in a writable folder"
+        ) from None
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {named}: {folder} is not a writable folder")
+
+
 def _positive_seconds(ns: argparse.Namespace, name: str) -> None:
     """A duration option: absent, or a finite number above zero (NaN and inf refused)."""
     value = getattr(ns, name)
@@ -69,13 +84,15 @@ def _positive_seconds(ns: argparse.Namespace, name: str) -> None:
 def _probe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="stream a few judged requests to any OpenAI-compatible URL")
     p.add_argument("url", help="base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("-n", "--requests", type=int, default=10)
-    p.add_argument("-c", "--concurrency", type=int, default=2)
+    p.add_argument("-n", "--requests", type=int, default=10, help="requests to send (default 10)")
+    p.add_argument(
+        "-c", "--concurrency", type=int, default=2, help="requests in flight at once (default 2)"
+    )
     p.add_argument(
         "--out", type=Path, default=None, help="output folder (default reports/probe-<time>)"
     )
     p.add_argument("--model", default=None, help="model name to request (default: server's)")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens each answer asks for (64)")
     p.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without data")
     p.add_argument("--ttft-slo", type=float, default=None, help="TTFT SLO in seconds")
     p.add_argument("--itl-slo", type=float, default=None, help="inter-token SLO in seconds")
@@ -361,6 +378,8 @@ def _run_canary(ns: argparse.Namespace) -> int:
     if ns.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     _check_api_key(ns)
+    if ns.out:  # said before the prompts are sent, not after
+        _out_folder(ns.out, "--out")
     headers = {"Authorization": f"Bearer {os.environ[ns.api_key]}"} if ns.api_key else None
     try:
         prompts = canary.load_prompts(ns.prompts)
@@ -380,7 +399,6 @@ def _run_canary(ns: argparse.Namespace) -> int:
     result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)
     print(canary.format_table(result))
     if ns.out:
-        ns.out.mkdir(parents=True, exist_ok=True)
         write_atomic(ns.out / "canary.json", _json.dumps(result.to_dict(), indent=2) + "\n")
         print(f"result: {ns.out / 'canary.json'}")
     if result.status == "inconclusive":
@@ -424,6 +442,8 @@ def _report(sub: argparse._SubParsersAction) -> None:
         chosen = [x for x in (ns.run_folder, ns.compare, ns.history) if x is not None]
         if len(chosen) != 1:
             raise UsageError("give one of: a run or session folder, --compare A B, --history DIR")
+        if ns.out is not None:
+            _out_folder(ns.out.parent, "--out", page=ns.out)
         try:
             if ns.compare:
                 path, result = write_compare(*ns.compare, out=ns.out)
@@ -465,8 +485,18 @@ def _report(sub: argparse._SubParsersAction) -> None:
 def _lint(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lint", help="check inference Deployments (YAML) against deployment rules")
     p.add_argument("paths", nargs="*", help="files or folders of YAML; - reads stdin")
-    p.add_argument("--format", choices=("text", "json", "github"), default="text")
-    p.add_argument("--fail-on", choices=("info", "warning", "error"), default="error")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "github"),
+        default="text",
+        help="text (default), json, or github (workflow annotations)",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=("info", "warning", "error"),
+        default="error",
+        help="the least severe finding that makes the exit status 1 (default error)",
+    )
     p.add_argument("--rules", action="store_true", help="list the rules and exit")
     p.add_argument(
         "--select",
@@ -489,7 +519,13 @@ def _lint(sub: argparse._SubParsersAction) -> None:
         metavar="REGEX",
         help="also treat containers whose image matches as inference engines",
     )
-    p.add_argument("--engine-command", action="append", default=[], metavar="REGEX")
+    p.add_argument(
+        "--engine-command",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also treat containers whose command or args match as inference engines",
+    )
     p.add_argument(
         "--min-startup-s",
         type=float,
@@ -568,17 +604,28 @@ def _run_lint(ns: argparse.Namespace) -> int:
 
 def _plan(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="predict rollout time and capacity, or scale-up lag")
-    p.add_argument("--replicas", type=int, default=6)
+    p.add_argument("--replicas", type=int, default=6, help="the Deployment's replicas (6)")
     p.add_argument("--ready-s", type=float, default=60.0, help="new pod start to ready")
     p.add_argument("--drain-s", type=float, default=30.0, help="old pod drain to gone")
-    p.add_argument("--max-surge", type=int, default=None)
-    p.add_argument("--max-unavailable", type=int, default=None)
+    p.add_argument(
+        "--max-surge",
+        default=None,
+        help="pods or a percentage, as the Deployment takes it (25%% rounds up); with "
+        "neither this nor --max-unavailable: four common strategies side by side",
+    )
+    p.add_argument(
+        "--max-unavailable",
+        default=None,
+        help="pods or a percentage, as the Deployment takes it (25%% rounds down)",
+    )
     p.add_argument(
         "--gpu-bound",
         action="store_true",
         help="a terminating pod keeps its GPU (a full GPU pool): docs/facts.md's model",
     )
-    p.add_argument("--step-s", type=float, default=5.0)
+    p.add_argument(
+        "--step-s", type=float, default=5.0, help="the planner's time step in seconds (5)"
+    )
     p.add_argument(
         "--load-per-replica",
         type=float,
@@ -608,7 +655,10 @@ def _plan(sub: argparse._SubParsersAction) -> None:
                 )
                 return 0
             if ns.max_surge is not None or ns.max_unavailable is not None:
-                strategies = [(ns.max_surge or 0, ns.max_unavailable or 0)]
+                from harness.rollout_math import resolve
+
+                # whole numbers or percentages, rounded as the Deployment controller does
+                strategies = [resolve(ns.max_surge or 0, ns.max_unavailable or 0, ns.replicas)]
             else:
                 strategies = [(1, 0), (2, 1), (1, 1), (ns.replicas, 0)]
             plans = [
@@ -650,8 +700,10 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         "containerd and the kubelet, running the simulator image",
     )
     p.add_argument("--run-dir", type=Path, default=None, help="default reports/kube-local-<time>")
-    p.add_argument("--nodes", type=int, default=2)
-    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--nodes", type=int, default=2, help="real nodes to start (2; 1 to 8)")
+    p.add_argument(
+        "--gpus-per-node", type=int, default=8, help="nvidia.com/gpu each node advertises (8)"
+    )
     p.add_argument(
         "--apply",
         type=Path,
@@ -659,7 +711,7 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="manifests to apply once the API is up (e.g. deploy/sim/sim.yaml)",
     )
-    p.add_argument("--namespace", default="default")
+    p.add_argument("--namespace", default="default", help="where --apply puts its objects")
     p.add_argument(
         "--with-scalers",
         action="store_true",
@@ -687,6 +739,9 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_kube_local)
 
 
+MAX_KUBE_LOCAL_NODES = 8  # a bridge and a pod subnet each; more only slow the machine
+
+
 def _run_kube_local(ns: argparse.Namespace) -> int:
 
     from harness.cluster.kubelocal import (
@@ -698,6 +753,13 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
     )
     from harness.engines.vllm import EngineUnavailable
 
+    if not 1 <= ns.nodes <= MAX_KUBE_LOCAL_NODES:
+        raise UsageError(
+            f"--nodes must be between 1 and {MAX_KUBE_LOCAL_NODES}, not {ns.nodes}: pods "
+            "need a node to run on"
+        )
+    if ns.gpus_per_node < 0:
+        raise UsageError(f"--gpus-per-node must not be negative, not {ns.gpus_per_node}")
     run_dir = ns.run_dir or Path("reports") / time.strftime("kube-local-%Y%m%d-%H%M%S")
     kl = KubeLocal(run_dir, ns.nodes, ns.gpus_per_node, with_scalers=ns.with_scalers)
     try:
@@ -747,7 +809,9 @@ def _kube_local_vllm(kl, namespace: str, shutdown_timeout_s: float) -> None:
 def _kube_restore(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kube-restore", help="put back what an interrupted kube run changed")
     _config_args(p)
-    p.add_argument("--kubeconfig", default=None)
+    p.add_argument(
+        "--kubeconfig", default=None, help="the cluster's kubeconfig (default: $KUBECONFIG)"
+    )
 
     def run(ns: argparse.Namespace) -> int:
         from harness.cluster.kube import restore_pending
@@ -774,7 +838,7 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("folder", type=Path, nargs="?", default=Path("reports"))
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (0.0.0.0 in a pod)")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--port", type=int, default=8080, help="default 8080")
 
     def run(ns: argparse.Namespace) -> int:
         from harness.serve import make_server
@@ -833,13 +897,34 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     handle_sigterm()
     try:
-        return ns.func(ns)
+        code = ns.func(ns)
+        sys.stdout.flush()  # a full disk or a closed pipe behind stdout: said here
+        return code
     except (RollcheckError, ConfigError) as exc:  # every user error: one line, exit 2
         text = " ".join(str(exc).splitlines())  # a name from the input may hold a line break
         print(f"rollcheck {ns.command}: {text}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file or stream that cannot be written: one line, exit 2
+        print(f"rollcheck {ns.command}: {_os_error(exc)}", file=sys.stderr)
+        _quiet_stdout()
+        return 2
     except KeyboardInterrupt as exc:
         return exit_code(exc)
+
+
+def _os_error(exc: OSError) -> str:
+    where = exc.filename if exc.filename else "standard output"
+    return f"cannot write {where}: {exc.strerror or exc}; give a writable path (or free space)"
+
+
+def _quiet_stdout() -> None:
+    """After stdout failed, the interpreter's own flush at exit would fail again and
+    print a traceback: stdout goes to /dev/null from here on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class SimSettings:
             raise ValueError("drain_health must be 200 or 503")
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be at least 1")
+        if not 1 <= self.port <= 65535:  # (a larger one was taken modulo 65536, unsaid)
+            raise ValueError(f"port must be between 1 and 65535, not {self.port}")
         if not 0 <= self.min_answer_tokens <= self.max_answer_tokens:
             raise ValueError("need 0 <= min_answer_tokens <= max_answer_tokens")
         for f in fields(self):
