@@ -25,7 +25,7 @@ from harness.client import http_get, http_post
 from harness.config import ConfigError
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
-from harness.proc import free_port
+from harness.proc import free_port, kill_group
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import hold, wait_until
 from loadgen.settings import LoadSettings, web_ui_address
@@ -368,11 +368,8 @@ class LoadRun:
     def close(self) -> None:
         """Stop every process of the run (idempotent)."""
         for proc in [self.master, *self.workers]:
-            if proc is not None and proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            if proc is not None:  # the group, whether or not its leader is alive
+                kill_group(proc, signal.SIGKILL)
             if proc is not None:
                 try:
                     proc.wait(5)

@@ -84,13 +84,24 @@ def wait_http(url: str, timeout_s: float = 15.0, proc: subprocess.Popen | None =
     )
 
 
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group a start_new_session child leads, whether or not the
+    leader is still alive: its children (nginx's workers, vLLM's engine core) outlive a
+    leader that died first. The group's id is not reused while any member is left, so
+    this reaches only the run's own processes; an empty group is no error."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait_s: float = 5.0) -> None:
-    """Signal a process group started with start_new_session and reap the leader."""
+    """Signal a process group started with start_new_session and reap the leader; the
+    group's other members are ended even when the leader died before."""
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        kill_group(proc, sig)
+    else:
+        kill_group(proc, signal.SIGKILL)
     try:
         proc.wait(wait_s)
     except subprocess.TimeoutExpired:

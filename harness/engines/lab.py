@@ -24,7 +24,7 @@ import httpx
 
 from harness.client import http_get, tls_context
 from harness.engines import startup, vllm
-from harness.proc import free_port
+from harness.proc import free_port, kill_group
 from harness.streams import End, StreamRecord, Thresholds, judge_bytes
 
 MODEL = "m"
@@ -76,10 +76,7 @@ class Engine:
             return False
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # vLLM's engine core is a child
-        except ProcessLookupError:
-            pass
+        kill_group(self.proc, signal.SIGKILL)  # vLLM's engine core is a child
         self.proc.wait(30)
 
 

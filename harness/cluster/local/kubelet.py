@@ -26,6 +26,7 @@ from harness.client import http_get
 from harness.config.schema import PodSettings, Probe
 from harness.engines.startup import StartGate
 from harness.files import open_append
+from harness.proc import kill_group
 
 TICK_S = 0.02
 PR_SET_PDEATHSIG = 1
@@ -288,6 +289,7 @@ class PodRunner(threading.Thread):
             self.emit("sigkill", reason="grace period over")
             _killpg(proc, signal.SIGKILL)
         proc.wait()
+        _killpg(proc, signal.SIGKILL)  # what the engine left (a container's end takes all)
         self.exit_code = proc.returncode
         self.emit("exited", code=proc.returncode)
 
@@ -297,7 +299,4 @@ class PodRunner(threading.Thread):
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+    kill_group(proc, sig)

@@ -20,7 +20,7 @@ from harness.client import UPSTREAM_HEADER
 from harness.cluster.local.kubelet import die_with_parent
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
-from harness.proc import children, cmdline
+from harness.proc import children, cmdline, kill_group
 from harness.waits import wait_until
 
 # One JSON object per request: the fields that join a log line to a stream record.
@@ -251,11 +251,9 @@ http {{
         with self._cv:
             self._stop = True
             self._cv.notify()
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self.proc is not None:
+            # the workers too, when the master died first (they keep the listening socket)
+            kill_group(self.proc, signal.SIGKILL)
             self.proc.wait(5)
 
 
