@@ -8,7 +8,9 @@ it propagates, so nothing is lost; a `Cancel` set from another thread ends the
 stream at once as `cancelled` (a deadline, a signal).
 
 What a server sends cannot reach another request: the client asks for
-`Accept-Encoding: identity` (it judges the bytes as sent) and keeps no idle
+`Accept-Encoding: identity` (it judges the bytes as sent; a body in gzip or deflate
+anyway, as a misconfigured proxy sends it, is decoded as it arrives, in bounded steps,
+and the record names the encoding; another encoding is not_sse, named) and keeps no idle
 connection, so bytes past a short Content-Length or after the end of a body go
 with their connection. The API key's value is removed from every record.
 """
@@ -22,6 +24,7 @@ import ssl
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable
 
 import httpx
@@ -239,7 +242,23 @@ def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cance
             obs.upstream = response.headers.get(UPSTREAM_HEADER)
             if on_headers is not None:
                 on_headers()
-            for chunk in response.iter_raw():
+            decode = _decoder(response.headers.get("content-encoding"), obs)
+            if decode is None:  # an encoding it cannot read: not_sse, the encoding named
+                obs.invalid = (
+                    f"the body came in Content-Encoding {obs.content_encoding} although "
+                    "identity was asked for (a compressing proxy?); rollcheck decodes gzip "
+                    "and deflate only"
+                )
+                return obs.finish(End.EOF, now())
+            for raw in response.iter_raw():
+                try:
+                    chunk = decode(raw)
+                except zlib.error as exc:
+                    obs.invalid = (
+                        f"the body (Content-Encoding {obs.content_encoding}, though identity "
+                        f"was asked for) could not be read: {exc}"
+                    )
+                    return obs.finish(End.EOF, now())
                 obs.chunk(chunk, now())
                 if cancel is not None and cancel.is_set():
                     return obs.finish(End.CANCELLED, now(), "cancelled by the harness")
@@ -263,6 +282,51 @@ def _exchange(client, url, payload, hdrs, obs, t0, thresholds, on_headers, cance
     finally:
         for sock in socks:
             cancel.forget(sock)
+
+
+DECODE_STEP = 1 << 16  # bytes inflated at a time, so a bomb is stopped at the bound below
+
+
+def _decoder(encoding: str | None, obs: StreamObserver):
+    """A function from the bytes as they arrive to the bytes as sent before encoding;
+    identity for none; None for an encoding rollcheck cannot decode. The record notes
+    any encoding but identity."""
+    name = (encoding or "").strip().lower()
+    if name in ("", "identity"):
+        return lambda raw: raw
+    obs.content_encoding = name
+    if name not in ("gzip", "x-gzip", "deflate"):
+        return None
+    # gzip; deflate is zlib-wrapped by the standard, raw by some servers: both are read
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in name else 32 + zlib.MAX_WBITS)
+    raw_deflate = [False]
+
+    def decode(raw: bytes) -> bytes:
+        nonlocal inflater
+        try:
+            out = inflater.decompress(raw, DECODE_STEP)
+        except zlib.error:
+            if name != "deflate" or raw_deflate[0] or obs.bytes:
+                raise
+            raw_deflate[0] = True
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = inflater.decompress(raw, DECODE_STEP)
+        parts, size = [out], len(out)
+        while inflater.unconsumed_tail:
+            piece = inflater.decompress(inflater.unconsumed_tail, DECODE_STEP)
+            parts.append(piece)
+            size += len(piece)
+            if size > MAX_DECODED_CHUNK:  # a compression bomb: memory stays bounded
+                raise zlib.error(
+                    f"one chunk inflates beyond {MAX_DECODED_CHUNK >> 20} MiB (a compression "
+                    "bomb); not read further"
+                )
+        return b"".join(parts)
+
+    return decode
+
+
+MAX_DECODED_CHUNK = 8 << 20  # one network chunk never yields more than this once decoded
 
 
 def _socket_of_stream(stream) -> socket.socket | None:

@@ -9,6 +9,12 @@ client (issue 27). Raw sockets, so every byte and every framing mistake is exact
   /bad-finish     "finish_reason": ["stop"]
   /echo-auth      an answer and an error event that repeat the Authorization header
   /gzip           gzip-compressed when the client accepts gzip, plain otherwise
+  /gzip-anyway    gzip-compressed whatever the client asked for (a misconfigured proxy),
+                  in several chunks
+  /deflate-anyway zlib-wrapped deflate, whatever the client asked for
+  /raw-deflate    raw deflate (no zlib wrapper, as some servers send "deflate")
+  /br-anyway      Content-Encoding br (bytes the client cannot decode)
+  /gzip-bomb      a gzip body of a few hundred KB that inflates to 256 MB of one event
   /short-length   Content-Length shorter than the body; the rest is a whole second
                   response (another model's answer) on the same connection
   /after-body     a complete chunked answer, then a second response after its end
@@ -18,12 +24,14 @@ client (issue 27). Raw sockets, so every byte and every framing mistake is exact
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import socket
 import socketserver
 import threading
 import time
+import zlib
 from collections import Counter
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -42,6 +50,15 @@ def token(text: str, model: str = "hostile", finish=None) -> bytes:
 
 ANSWER = token("Hello") + token(" world") + token("", finish="stop") + b"data: [DONE]\n\n"
 INTRUDER = token("I am another model's answer", model="intruder") + b"data: [DONE]\n\n"
+
+
+@functools.cache
+def gzip_bomb(mb: int = 256) -> bytes:
+    """A gzip body of a few hundred KB that inflates to `mb` MB of one event's text
+    (made once: the tests call it before the request, so its making is no stall)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"a" * (1 << 20)
+    return c.compress(b"data: ") + b"".join(c.compress(block) for _ in range(mb)) + c.flush()
 
 
 def chunked(data: bytes) -> bytes:
@@ -135,6 +152,27 @@ class Handler(socketserver.BaseRequestHandler):
             sock.sendall(HEAD + b"Content-Encoding: gzip\r\n\r\n" + chunked(data) + b"0\r\n\r\n")
         else:
             sock.sendall(HEAD + b"\r\n" + chunked(ANSWER) + b"0\r\n\r\n")
+
+    def _encoded(self, sock, name: bytes, data: bytes, pieces: int = 4) -> None:
+        step = max(1, len(data) // pieces)
+        body = b"".join(chunked(data[i : i + step]) for i in range(0, len(data), step))
+        sock.sendall(HEAD + b"Content-Encoding: " + name + b"\r\n\r\n" + body + b"0\r\n\r\n")
+
+    def case_gzip_anyway(self, sock, headers):
+        self._encoded(sock, b"gzip", gzip.compress(ANSWER))
+
+    def case_deflate_anyway(self, sock, headers):
+        self._encoded(sock, b"deflate", zlib.compress(ANSWER))
+
+    def case_raw_deflate(self, sock, headers):
+        c = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        self._encoded(sock, b"deflate", c.compress(ANSWER) + c.flush())
+
+    def case_br_anyway(self, sock, headers):
+        self._encoded(sock, b"br", b"\x8b\x03\x80" + ANSWER)  # not brotli rollcheck reads
+
+    def case_gzip_bomb(self, sock, headers):
+        self._encoded(sock, b"gzip", gzip_bomb(), pieces=4)
 
     def case_short_length(self, sock, headers):
         first = token("Hello")

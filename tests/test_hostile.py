@@ -89,6 +89,37 @@ def test_the_client_asks_for_identity_so_a_compressing_proxy_is_judged(hostile):
     assert record.outcome == "complete" and record.tokens == 2
 
 
+@pytest.mark.parametrize(
+    "case, encoding",
+    [("gzip-anyway", "gzip"), ("deflate-anyway", "deflate"), ("raw-deflate", "deflate")],
+)
+def test_a_body_compressed_although_identity_was_asked_for_is_decoded_and_judged(
+    hostile, case, encoding
+):
+    record = fetch(hostile, case)
+    assert record.outcome == "complete" and record.tokens == 2, record
+    assert record.content_encoding == encoding
+
+
+def test_an_encoding_rollcheck_cannot_decode_is_not_sse_naming_it(hostile):
+    record = fetch(hostile, "br-anyway")
+    assert record.outcome == "not_sse" and record.content_encoding == "br"
+    assert "Content-Encoding br although identity was asked for" in record.error, record.error
+
+
+def test_a_compression_bomb_is_judged_with_little_memory(hostile):
+    import resource
+
+    from tests.hostile import gzip_bomb
+
+    assert len(gzip_bomb()) < 1 << 20  # under a megabyte on the wire, 256 MB inflated
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    record = fetch(hostile, "gzip-bomb")
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert record.outcome == "not_sse" and record.content_encoding == "gzip", record
+    assert grew_mb < 200, f"the client's memory grew {grew_mb:.0f} MB"
+
+
 @pytest.mark.parametrize("case", ["short-length", "after-body"])
 def test_bytes_past_the_framing_never_become_another_requests_answer(hostile, case):
     """Two requests in a row on one client: the second never reads the first's leftover."""

@@ -81,6 +81,7 @@ class StreamObserver:
         self.usage: dict | None = None
         self.response_id = self.model = self.fingerprint = None
         self.upstream: str | None = None  # the serving pod, when the gateway names it
+        self.content_encoding: str | None = None  # set by the client when not identity
         self.overflowed = False  # an event over max_event_bytes: judged, read no further
 
     # --- feeding -------------------------------------------------------------
@@ -223,6 +224,7 @@ class StreamObserver:
             duration_s=t,
             status=self.status,
             content_type=self.content_type,
+            content_encoding=self.content_encoding,
             headers_s=self.headers_s,
             ttft_s=self.ttft_s,
             last_event_s=self.last_data_s,

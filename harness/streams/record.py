@@ -95,6 +95,9 @@ class StreamRecord:
     version: str | None = None
     gateway: dict | None = None
     traced_by: str | None = None  # how the pod was told (harness.timeline.TRACED_BY_*)
+    # a Content-Encoding the server used though identity was asked for (gzip, deflate),
+    # decoded before judging; an encoding rollcheck cannot decode is not_sse, named
+    content_encoding: str | None = None
 
     @property
     def ended_at(self) -> float:
