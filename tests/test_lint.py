@@ -461,3 +461,29 @@ def test_the_scaler_examples_lint_as_they_behave_on_kube_local():
     ]
     without_keda = [d for d in docs() if d["kind"] != "ScaledObject"]
     assert rules_of([*without_keda, *hpa]) == set()
+
+
+@pytest.mark.unit
+def test_every_wrongly_typed_field_is_named_with_its_path_in_one_run():
+    """Three mistakes, one run: each said with its path (one per run before, and
+    `periodSeconds: ten` without where), and a preStop command written as one string
+    said as the API would refuse it, not as a missing sleep (RC006)."""
+
+    def wrong(o):
+        c = container(o)
+        c["readinessProbe"]["periodSeconds"] = "ten"
+        c["lifecycle"]["preStop"]["exec"]["command"] = "sleep 15"
+        o[0]["spec"]["replicas"] = "two"
+
+    with pytest.raises(LintInputError) as info:
+        findings_of(mutate(wrong))
+    text = str(info.value)
+    assert "\n" not in text
+    for said in (
+        "spec.replicas must be a whole number, not 'two'",
+        "spec.template.spec.containers[0].readinessProbe.periodSeconds must be a number, not 'ten'",
+        "spec.template.spec.containers[0].lifecycle.preStop.exec.command must be a list of "
+        "strings, not str 'sleep 15': the API refuses it",
+    ):
+        assert said in text, text
+    assert "RC006" not in text

@@ -219,64 +219,96 @@ def _first(keys: set) -> str:
 
 
 def validate(m: Manifest) -> None:
+    """The Deployment's shape, as the API server would take it: every problem found, each
+    with its path, in one LintInputError (one line, problems joined by "; ")."""
     where = f"{m.file}: document {m.doc} ({m.ref})"
     spec = m.obj.get("spec")
     if not isinstance(spec, dict):
         raise LintInputError(f"{where}: has no spec")
+    problems: list[str] = []
     unknown = set(spec) - DEPLOYMENT_SPEC
     if unknown:
-        raise LintInputError(f"{where}: unknown field spec.{_first(unknown)}")
+        problems.append(f"unknown field spec.{_first(unknown)}")
     template = spec.get("template")
     if template is not None and not isinstance(template, dict):
-        raise LintInputError(
-            f"{where}: spec.template must be a mapping, not {type(template).__name__}"
-        )
-    pod = (template or {}).get("spec")
+        problems.append(f"spec.template must be a mapping, not {type(template).__name__}")
+    pod = (template or {}).get("spec") if isinstance(template, dict) else None
     if pod is not None and not isinstance(pod, dict):
-        raise LintInputError(
-            f"{where}: spec.template.spec must be a mapping, not {type(pod).__name__}"
-        )
+        problems.append(f"spec.template.spec must be a mapping, not {type(pod).__name__}")
     pod = pod_spec(m)
     unknown = set(pod) - POD_SPEC
     if unknown:
-        raise LintInputError(f"{where}: unknown field spec.template.spec.{_first(unknown)}")
+        problems.append(f"unknown field spec.template.spec.{_first(unknown)}")
     replicas = spec.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise LintInputError(f"{where}: spec.replicas must be a whole number, not {replicas!r}")
-    grace = pod.get("terminationGracePeriodSeconds", 0)
-    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
-        raise LintInputError(
-            f"{where}: spec.template.spec.terminationGracePeriodSeconds must be a number, "
-            f"not {grace!r}"
-        )
+        problems.append(f"spec.replicas must be a whole number, not {replicas!r}")
     containers = pod.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise LintInputError(f"{where}: has no containers (spec.template.spec.containers)")
+        problems.append("has no containers (spec.template.spec.containers)")
+        containers = []
     for i, c in enumerate(containers):
-        cwhere = f"{where}: spec.template.spec.containers[{i}]"
+        cpath = f"spec.template.spec.containers[{i}]"
         if not isinstance(c, dict):
-            raise LintInputError(f"{cwhere} is not an object")
+            problems.append(f"{cpath} is not an object")
+            continue
         for key in ("command", "args"):
             value = c.get(key)
-            if value is not None and not (
-                isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
-            ):
-                raise LintInputError(
-                    f"{cwhere}.{key} must be a list of strings, not {type(value).__name__} "
+            if value is not None and not _string_list(value):
+                problems.append(
+                    f"{cpath}.{key} must be a list of strings, not {type(value).__name__} "
                     f'{str(value)[:40]!r} (e.g. {key}: ["vllm", "serve"])'
                 )
         unknown = set(c) - CONTAINER
         if unknown:
-            raise LintInputError(
-                f"{where}: unknown field spec.template.spec.containers[{i}].{_first(unknown)}"
-            )
+            problems.append(f"unknown field {cpath}.{_first(unknown)}")
+    problems += _wrongly_typed(m.obj)
     for key, value in _numbers(m.obj):
         if value < 0:
-            raise LintInputError(f"{where}: {key} cannot be negative ({value})")
+            problems.append(f"{key} cannot be negative ({value})")
     ru = (spec.get("strategy") or {}).get("rollingUpdate") or {}
     for key in ("maxSurge", "maxUnavailable"):
         if key in ru:
-            int_or_percent(ru[key], f"{where}: spec.strategy.rollingUpdate.{key}")
+            try:
+                int_or_percent(ru[key], f"spec.strategy.rollingUpdate.{key}")
+            except LintInputError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise LintInputError("; ".join(f"{where}: {p}" for p in problems[:MAX_PROBLEMS]))
+
+
+MAX_PROBLEMS = 20  # a file wrong everywhere is said in twenty places, not a thousand
+
+
+def _string_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
+
+
+NUMERIC = ("Seconds", "Threshold", "replicas", "Replicas", "seconds")
+
+
+def _wrongly_typed(obj, prefix: str = "") -> list[str]:
+    """Fields the API server would refuse for their type, each with its path: a number
+    written as text (`periodSeconds: ten`), a hook's or a probe's exec command written as
+    one string (`command: "sleep 15"`, which the API refuses, not a missing sleep)."""
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(k, str) and k.endswith(NUMERIC) and not isinstance(v, (dict, list)):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    out.append(f"{path} must be a number, not {v!r}")
+                    continue
+            if k == "command" and prefix.endswith("exec") and not _string_list(v):
+                out.append(
+                    f"{path} must be a list of strings, not {type(v).__name__} "
+                    f'{str(v)[:40]!r}: the API refuses it (e.g. command: ["sleep", "15"])'
+                )
+                continue
+            out += _wrongly_typed(v, path)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _wrongly_typed(v, f"{prefix}[{i}]")
+    return out
 
 
 def int_or_percent(value, where: str) -> tuple[float, bool]:
@@ -301,11 +333,7 @@ def _numbers(obj, prefix=""):
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from _numbers(v, f"{prefix}[{i}]")
-    elif (
-        isinstance(obj, (int, float))
-        and not isinstance(obj, bool)
-        and (prefix.endswith(("Seconds", "Threshold", "replicas", "Replicas", "seconds")))
-    ):
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool) and prefix.endswith(NUMERIC):
         yield prefix, obj
 
 
