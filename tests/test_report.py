@@ -586,3 +586,36 @@ def test_markup_in_every_field_stays_text_in_chromium(tmp_path):
     index = pages[1].read_text()
     assert "Runs passed over (1)" in index  # the planted counts cannot be summed: listed
     assert browser_check(pages[1], tmp_path / "shot.png", "?")["links"] == 1  # the clean run
+
+
+@pytest.mark.unit
+def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
+    """A reviewer moves index -> report -> back, index <-> history, history -> a night's
+    page and each report: every href of every page leads to a file that is there, and a
+    run that ended before its report (SKIPPED) is not linked."""
+    from harness.report.compare import write_history
+    from harness.scenario import write_skipped
+
+    reports = tmp_path / "reports"
+    nights = []
+    for night in ("20261203-020000-kube", "20261204-020000-kube"):
+        session = make_session(reports / night, {"test_drain[pod]": ("pass", 1.0, 1.0)})
+        skipped = session / "test_drain_node"
+        skipped.mkdir()
+        write_skipped(skipped, "drain", "test_drain[node]", "kube", "RBAC: not allowed")
+        write_index(session)
+        nights.append(session)
+    history, _ = write_history(reports)
+    pages = [history] + [n / "index.html" for n in nights]
+    pages += [p for n in nights for p in n.glob("*/report.html")]
+    seen = 0
+    for page in pages:
+        for href in re.findall(r"href='([^'#]+)'", page.read_text()):
+            target = (page.parent / unquote(href)).resolve()
+            assert target.is_file(), f"{page.relative_to(tmp_path)} links to {href}: not there"
+            seen += 1
+    assert seen >= 2 + 2 * 2 + 2 * 2  # history: 2 nights, 2 reports; each index: history, report
+    index = (nights[0] / "index.html").read_text()
+    assert "../history.html" in index and "test_drain[node]</td>" in index
+    report = next(nights[0].glob("*/report.html")).read_text()
+    assert "href='../index.html'" in report and "href='../../history.html'" in report

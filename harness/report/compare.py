@@ -259,10 +259,17 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _page_href(page: Path, target: Path) -> str:
+    """The link from one page to another file, relative, each part quoted."""
+    rel = os.path.relpath(Path(target), Path(page).parent)
+    return _href(*rel.split(os.sep))
+
+
 def _link(page: Path, run: dict, text: str) -> str:
-    rel = os.path.relpath(Path(run["_folder"]) / "report.html", page.parent)
-    href = _href(*rel.split(os.sep))
-    return f"<a href='{_e(href)}'>{_e(text)}</a>"
+    report = Path(run["_folder"]) / "report.html"
+    if not report.is_file():  # a run that ended before its report (skipped): no link
+        return _e(text)
+    return f"<a href='{_e(_page_href(page, report))}'>{_e(text)}</a>"
 
 
 def _verdict(v: str) -> str:
@@ -414,7 +421,11 @@ def night_label(folder_name: str) -> str:
 
 def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
     names = sorted({n for s in sessions for n in s.runs})
-    head = "".join(f"<th class=small>{_e(night_label(s.name))}</th>" for s in sessions)
+    head = "".join(
+        f"<th class=small><a href='{_e(_page_href(page, s.folder / 'index.html'))}'>"
+        f"{_e(night_label(s.name))}</a></th>"
+        for s in sessions
+    )
     rows, table = [], {}
     for name in names:
         verdicts = [s.runs[name]["verdict"] if name in s.runs else None for s in sessions]
@@ -448,7 +459,7 @@ def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
         f"<p class=muted>{len(sessions)} sessions from {_e(night_label(sessions[0].name))} to "
         f"{_e(night_label(sessions[-1].name))} · {len(names)} scenario runs · {failing} not "
         "passing on the latest night they ran. Each cell: the verdict (linked to its report) "
-        "and goodput.</p>"
+        "and goodput; each night's heading links to its session page.</p>"
         f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
         + "".join(rows)
         + "</table>"

@@ -194,6 +194,8 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
             else ""
         )
         + "</h1>",
+        "<nav class=muted><a href='../index.html'>the session</a> · "
+        "<a href='../../history.html'>the history of every night</a></nav>",
         f"<div class=muted>scenario {_e(summary.get('scenario'))} · target {_e(summary.get('target'))}"
         f" · {_e(summary.get('requests', 0))} requests · times are seconds from the disruption</div>",
         _actions(events, t0),
@@ -965,9 +967,11 @@ def _index_row(s: dict) -> str:
         or "–"
     )
     v = s["verdict"]
+    name = _e(s.get("name") or s["_folder"])
+    if s.get("_report", True):  # a run that ended before its report (skipped) has none
+        name = f"<a href='{_href(s['_folder'], 'report.html')}'>{name}</a>"
     return (
-        f"<tr><td>{_e(s['scenario'])}</td><td><a href='{_href(s['_folder'], 'report.html')}'>"
-        f"{_e(s.get('name') or s['_folder'])}</a></td>"
+        f"<tr><td>{_e(s['scenario'])}</td><td>{name}</td>"
         f"<td><span class='verdict {verdict_class(v)}'>{_e(v.upper())}</span></td>"
         f"<td class=num>{_e(goodput_text(s))}</td>"
         f"<td class=num>{_e(s.get('requests'))}</td><td class=num>{_e(broken)}</td><td>{_e(failed)}</td></tr>"
@@ -1014,6 +1018,7 @@ def write_index(session_dir: Path) -> Path | None:
             unreadable.append(str(exc))
             continue
         s["_folder"] = summary_path.parent.name
+        s["_report"] = (summary_path.parent / "report.html").is_file()
         runs.append(s)
     night = _night_section(session_dir)
     if not runs and not unreadable and not night:
@@ -1042,7 +1047,8 @@ def write_index(session_dir: Path) -> Path | None:
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>rollcheck session</title>"
         f"<style>{CSS}</style></head><body><h1>rollcheck session "
         f"<span class='verdict {verdict_class(overall)}'>{overall.upper()}</span></h1>"
-        f"<p class=muted>{_e(session_dir.name)} · {len(runs)} scenario runs</p>"
+        f"<p class=muted>{_e(session_dir.name)} · {len(runs)} scenario runs · "
+        "<a href='../history.html'>the history of every night</a></p>"
         "<h2>Verdicts by scenario</h2><table><tr><th>scenario</th><th>pass</th><th>fail</th>"
         f"<th>inconclusive</th><th>skipped</th></tr>{matrix}</table><h2>Runs</h2><table><tr><th>scenario</th>"
         "<th>run</th><th>verdict</th><th>goodput</th>"
