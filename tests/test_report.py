@@ -119,10 +119,12 @@ def test_report_is_self_contained_and_small_at_10000_streams(tmp_path):
 
 @pytest.mark.unit
 def test_index_links_each_run(tmp_path):
-    make_run(tmp_path / "a", 20, 0, "pass")
-    make_run(tmp_path / "b", 20, 3, "fail")
+    write_report(make_run(tmp_path / "a", 20, 0, "pass"))
+    write_report(make_run(tmp_path / "b", 20, 3, "fail"))
+    make_run(tmp_path / "c", 20, 0, "pass")  # its report not written (yet): not linked
     index = write_index(tmp_path).read_text()
     assert "href='a/report.html'" in index and "href='b/report.html'" in index
+    assert "href='c/report.html'" not in index
     assert ">FAIL<" in index
 
 
