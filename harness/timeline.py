@@ -282,7 +282,8 @@ def scaler_timeline(events, t0: float | None) -> list[dict]:
             )
             what = f"the ReplicaSet removed {e.pod}{busy}: {e.detail.get('why')}"
         elif e.kind == "action" and e.detail.get("action") in ("autoscaler", "scaler_watch"):
-            what = f"the count handed to the scaler ({e.detail.get('mode')})"
+            mode = e.detail.get("mode") or e.detail.get("policy")
+            what = "the count handed to the scaler" + (f" ({mode})" if mode else "")
         else:
             continue
         rows.append({"t": e.t, "at_s": None if t0 is None else round(e.t - t0, 2), "what": what})

@@ -621,3 +621,36 @@ def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
     assert "../history.html" in index and "test_drain[node]</td>" in index
     report = next(nights[0].glob("*/report.html")).read_text()
     assert "href='../index.html'" in report and "href='../../history.html'" in report
+
+
+@pytest.mark.unit
+def test_a_report_leaks_no_none_no_empty_unit_and_no_dict_repr(tmp_path):
+    """The placeholders a reviewer met: "over None s", "ITL SLO None s", "1x None", a
+    check's observed value as a Python dict; from a run whose ITL SLO is not set and whose
+    drained pod's /health once gave no answer."""
+    folder = make_run(tmp_path / "run", 20, 0, "pass")
+    s = json.loads((folder / "summary.json").read_text())
+    s.setdefault("config", {})["slo"] = {"ttft_s": 1.5, "itl_s": None}
+    s["slo"] = {"ttft_s": 1.5, "itl_s": None, "budgets": {"ttft": {"before": 0.01}}}
+    phase = {"requests": 10, "ttft_slo_breach": 0, "missing_done": 0, "truncated": 0}
+    s["signals"] = {"before": phase | {"gateway_499": None}}
+    s["health_during_drain"] = {"200": 3, "None": 1}
+    s["checks"] = [
+        {"name": "ttft_slo_budget", "status": "pass", "passed": True,
+         "observed": {"before": "0 of 11 (0.0%)", "during": "0 of 16 (0.0%)"},
+         "expected": {"before": "<= 1% over 1.5 s"}, "population": "27 requests",
+         "requests": []},
+        {"name": "itl_slo_budget", "status": "skipped", "passed": False,
+         "observed": "not judged", "expected": "an SLO to judge by",
+         "reason": "slo.itl_s is not set", "requests": None},
+    ]  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(s))
+    text = re.sub(r"<[^>]+>", " ", write_report(folder).read_text())
+    for leak in ("None", " s.", "{'", "null"):
+        assert leak not in text.replace("None of", ""), (leak, text[text.find(leak) - 80 :][:160])
+    assert "before: 0 of 11 (0.0%); during: 0 of 16 (0.0%)" in text
+    from harness.report.html import _slo_text, check_text
+
+    assert _slo_text({"ttft_s": 1.5, "itl_s": None}) == "TTFT SLO 1.5 s, no ITL SLO"
+    assert check_text({"499": 0, "502": None}) == "499: 0; 502: –"
+    assert check_text(None) == "–" and check_text([]) == "–"

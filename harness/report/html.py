@@ -290,7 +290,10 @@ def _evidence(summary: dict) -> str:
         out += f"<p>First unparsed gateway line: <code>{_e(att['first_unparsed_line'])}</code></p>"
     health = summary.get("health_during_drain")
     if health:
-        answers = ", ".join(f"{n}x {k}" for k, n in sorted(health.items()))
+        answers = ", ".join(
+            f"{n}x {'no answer' if k in (None, 'None', 'null') else k}"
+            for k, n in sorted(health.items(), key=lambda kv: str(kv[0]))
+        )
         out += f"<p>/health of the drained pod while it drained: {_e(answers)}</p>"
     return out
 
@@ -311,7 +314,7 @@ def _goodput_table(summary: dict) -> str:
         for p, v in sig.items()
     )
     return (
-        f"<p class=muted>TTFT SLO {_e(slo.get('ttft_s'))} s, ITL SLO {_e(slo.get('itl_s'))} s. "
+        f"<p class=muted>{_e(_slo_text(slo))}. "
         "Goodput: completed within the SLOs. A request with no first token counts as a TTFT "
         "breach.</p><table><tr><th>phase</th><th>requests</th><th>goodput</th>"
         "<th>TTFT breaches</th><th>budget</th><th>missing [DONE]</th><th>truncated</th>"
@@ -928,17 +931,39 @@ def _loadgen(lg: dict | None) -> str:
 STATUS_MARK = {"pass": "✔", "fail": "✘", "inconclusive": "?", "skipped": "–"}
 
 
+def check_text(value) -> str:
+    """A check's observed or expected value as a reader reads it: a mapping as
+    "before: 0 of 11; during: ...", a list joined, nothing as a dash (never a repr)."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {check_text(v)}" for k, v in value.items()) or "–"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(check_text(v) for v in value) or "–"
+    return str(value)
+
+
+def _slo_text(slo: dict) -> str:
+    """ "TTFT SLO 1.5 s, ITL SLO 0.2 s", an SLO not set saying so (never "None s")."""
+
+    def one(name: str, value) -> str:
+        return f"{name} SLO {value:g} s" if isinstance(value, (int, float)) else f"no {name} SLO"
+
+    return f"{one('TTFT', slo.get('ttft_s'))}, {one('ITL', slo.get('itl_s'))}"
+
+
 def _all_checks(summary: dict) -> str:
     rows = "".join(
         f"<tr><td>{STATUS_MARK.get(c.get('status'), '✔' if c['passed'] else '✘')}</td>"
-        f"<td>{_e(c['name'])}</td><td>{_e(c['observed'])}</td><td>{_e(c['expected'])}</td>"
-        f"<td>{_e(c.get('reason') or c.get('population'))}</td>"
-        f"<td class=num>{len(c.get('requests', []))}</td></tr>"
+        f"<td>{_e(c['name'])}</td><td>{_e(check_text(c['observed']))}</td>"
+        f"<td>{_e(check_text(c['expected']))}</td>"
+        f"<td>{_e(check_text(c.get('reason') or c.get('population')))}</td>"
+        f"<td class=num>{len(c.get('requests') or [])}</td></tr>"
         for c in summary.get("checks", [])
     )
     return (
         "<table><tr><th></th><th>check</th><th>observed</th><th>expected</th>"
-        f"<th>population judged</th><th>requests</th></tr>{rows}</table>"
+        f"<th>population judged</th><th>requests that broke it</th></tr>{rows}</table>"
     )
 
 
