@@ -29,6 +29,7 @@ DISRUPTIVE_ACTIONS = {
 }
 # Events that can break a stream on the pod they happen to.
 BREAKING = ("endpoint_removed", "prestop_started", "sigterm", "signal", "sigkill", "exited")
+SIGNALS = ("sigterm", "signal", "sigkill", "exited")  # what ends an engine's streams itself
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,9 @@ def breaking_event(
 ) -> Event | None:
     """The event that broke a stream: the last event on its pod that can break a stream,
     up to the moment the stream ended (the SIGTERM that aborted it, not the preStop
-    before it; a pod already terminating when the request was sent counts too).
+    before it; a pod already terminating when the request was sent counts too), except
+    that an endpoint removal or a preStop after a signal or an exit is its consequence,
+    not its cause (the SIGKILL at +0.00 s, not the endpoint removed at +0.01 s).
     A stream not traced to a pod is tied to a victim's breaking event only if that
     event happened while the stream was in flight."""
     end = record.ended_at + 0.05
@@ -193,6 +196,8 @@ def breaking_event(
             if ev.kind == "ready" and ev.t < record.sent_at:
                 found = None  # a restarted container: what broke it before is history
             elif ev.kind in BREAKING:
+                if found is not None and found.kind in SIGNALS and ev.kind not in SIGNALS:
+                    continue  # what followed the signal: the gateway and the hook catching up
                 found = ev
         return found
     inside = [
@@ -201,7 +206,7 @@ def breaking_event(
         if ev.pod in victims and ev.kind in BREAKING and record.sent_at - 0.05 <= ev.t <= end
     ]
     # prefer the signal itself over the endpoint removal or preStop that came before it
-    signals = [ev for ev in inside if ev.kind in ("sigterm", "signal", "sigkill", "exited")]
+    signals = [ev for ev in inside if ev.kind in SIGNALS]
     return (signals or inside or [None])[0]
 
 

@@ -55,3 +55,14 @@ def test_an_untraced_stream_is_tied_to_a_victim_only_if_in_flight_at_its_signal(
     assert "not traced to a pod" in describe_break(rec(4, 6, pod=None), got, T)
     assert breaking_event(rec(6, 7, pod=None), events, victims=["a"]) is None  # after it
     assert breaking_event(rec(4, 6, pod=None), events, victims=[]) is None  # no victim named
+
+
+def test_a_kill_is_blamed_not_the_endpoint_removal_that_followed_it():
+    """pod_kill on the local target: the SIGKILL at +0.00 s cuts the stream, the gateway
+    drops the endpoint 10 ms later; the report named the endpoint removal."""
+    events = [ev(-50, "ready"), ev(0.0, "sigkill"), ev(0.01, "endpoint_removed")]
+    got = breaking_event(rec(-2, 0.005), events)
+    assert (got.kind, got.t) == ("sigkill", T)
+    # an endpoint removed first and a SIGTERM after it: the signal, as before
+    drain = [ev(-50, "ready"), ev(0.0, "endpoint_removed"), ev(1.0, "sigterm")]
+    assert breaking_event(rec(-2, 1.02), drain).kind == "sigterm"
