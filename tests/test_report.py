@@ -593,8 +593,8 @@ def test_markup_in_every_field_stays_text_in_chromium(tmp_path):
 @pytest.mark.unit
 def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
     """A reviewer moves index -> report -> back, index <-> history, history -> a night's
-    page and each report: every href of every page leads to a file that is there, and a
-    run that ended before its report (SKIPPED) is not linked."""
+    page, each report and the last two nights compared: every href of every page leads to
+    a file that is there, and a run that ended before its report (SKIPPED) is not linked."""
     from harness.report.compare import write_history
     from harness.scenario import write_skipped
 
@@ -608,7 +608,8 @@ def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
         write_index(session)
         nights.append(session)
     history, _ = write_history(reports)
-    pages = [history] + [n / "index.html" for n in nights]
+    assert "href='compare-latest.html'" in history.read_text()  # the last two nights
+    pages = [history, reports / "compare-latest.html"] + [n / "index.html" for n in nights]
     pages += [p for n in nights for p in n.glob("*/report.html")]
     seen = 0
     for page in pages:

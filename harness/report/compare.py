@@ -419,7 +419,9 @@ def night_label(folder_name: str) -> str:
     return folder_name
 
 
-def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
+def render_history(
+    sessions: list[Session], page: Path, compare: tuple[Path, str, str] | None = None
+) -> tuple[str, dict]:
     names = sorted({n for s in sessions for n in s.runs})
     head = "".join(
         f"<th class=small><a href='{_e(_page_href(page, s.folder / 'index.html'))}'>"
@@ -460,7 +462,14 @@ def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
         f"{_e(night_label(sessions[-1].name))} · {len(names)} scenario runs · {failing} not "
         "passing on the latest night they ran. Each cell: the verdict (linked to its report) "
         "and goodput; each night's heading links to its session page.</p>"
-        f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
+        + (
+            f"<p><a href='{_e(_page_href(page, compare[0]))}'>The last two nights compared</a>"
+            f" ({_e(night_label(compare[1]))} and {_e(night_label(compare[2]))}): per "
+            "scenario, both verdicts and figures side by side.</p>"
+            if compare
+            else ""
+        )
+        + f"<table><tr><th>scenario run</th>{head}<th>goodput trend</th><th>failing</th></tr>"
         + "".join(rows)
         + "</table>"
         + passed_over([line for s in sessions for line in s.unreadable])
@@ -470,8 +479,23 @@ def render_history(sessions: list[Session], page: Path) -> tuple[str, dict]:
 
 
 def write_history(reports_dir: Path, out: Path | None = None) -> tuple[Path, dict]:
+    """history.html over every session; with two or more, the last two nights compared
+    (compare-latest.html beside it, in the candidate's session folder's terms) and linked."""
     sessions = load_history(reports_dir)
     page = Path(out) if out else Path(reports_dir) / "history.html"
-    html, table = render_history(sessions, page)
+    compare = None
+    if len(sessions) >= 2:
+        base, cand = sessions[-2], sessions[-1]
+        if set(base.runs) & set(cand.runs):  # the same scenario on both nights
+            target = page.parent / "compare-latest.html"
+            try:
+                html, _ = render_compare(
+                    load_session(base.folder), load_session(cand.folder), target
+                )
+                write_atomic(target, html)
+                compare = (target, base.name, cand.name)
+            except ReportInputError:
+                compare = None  # a night the comparison cannot read: no link, the history still
+    html, table = render_history(sessions, page, compare)
     write_atomic(page, html)
     return page, table
