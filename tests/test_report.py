@@ -655,3 +655,66 @@ def test_a_report_leaks_no_none_no_empty_unit_and_no_dict_repr(tmp_path):
     assert _slo_text({"ttft_s": 1.5, "itl_s": None}) == "TTFT SLO 1.5 s, no ITL SLO"
     assert check_text({"499": 0, "502": None}) == "499: 0; 502: –"
     assert check_text(None) == "–" and check_text([]) == "–"
+
+
+@pytest.mark.unit
+def test_the_verdict_says_why_in_one_sentence():
+    from harness.report.html import verdict_sentence
+
+    fail = {
+        "verdict": "fail",
+        "checks": [
+            {"name": "no_broken_streams", "status": "fail", "observed": "2 of 39",
+             "expected": "0 of 39"},
+            {"name": "recovery_time", "status": "pass", "observed": "3.2 s"},
+        ],
+    }  # fmt: skip
+    assert verdict_sentence(fail) == (
+        "FAIL because of no_broken_streams: 2 of 39 (expected 0 of 39)."
+    )
+    passed = {
+        "verdict": "pass",
+        "goodput": {"all": {"share": 0.901}},
+        "checks": [
+            {"name": "ttft_slo_budget", "status": "pass",
+             "observed": {"during": "4 of 40 (10.0%)"}, "expected": {"during": "<= 25% over 1 s"}},
+            {"name": "itl_slo_budget", "status": "skipped", "observed": "not judged"},
+        ],
+    }  # fmt: skip
+    said = verdict_sentence(passed)
+    assert said.startswith("PASS: every one of the 1 checks that judged this run passed")
+    assert (
+        "goodput 90.1% is within the budgets: ttft_slo_budget (during: 4 of 40 (10.0%); "
+        "allowed during: <= 25% over 1 s)" in said
+    )
+    unsure = {
+        "verdict": "inconclusive",
+        "checks": [
+            {"name": "kill_seen", "status": "inconclusive", "reason": "the kill never showed"}
+        ],
+    }
+    assert verdict_sentence(unsure) == "INCONCLUSIVE because of kill_seen: the kill never showed."
+
+
+@pytest.mark.unit
+def test_the_configuration_under_test_is_what_differs_from_the_defaults():
+    from harness.config.schema import load_config
+    from harness.report.summary import config_changes
+
+    cfg = load_config(None, ["engine.shutdown_timeout_s=0", "load.api_key_env=MY_KEY"])
+    changes = config_changes(cfg)
+    assert (
+        "engine.shutdown_timeout_s: 8.0 -> 0.0" in changes
+        or "engine.shutdown_timeout_s: 8 -> 0" in changes
+    ), changes
+    assert any(c.startswith("load.api_key_env:") for c in changes)
+    assert config_changes(load_config(None, [])) == []
+
+
+@pytest.mark.unit
+def test_every_action_line_on_the_timeline_carries_a_visible_label(tmp_path):
+    page = write_report(make_run(tmp_path / "run", 20, 2, "fail")).read_text()
+    lines = re.findall(r"<line [^>]*stroke=\"#d32f2f\"[^>]*><title>([^<]+)</title>", page)
+    labels = re.findall(r"<text class=\"act\"[^>]*>([^<]+)</text>", page)
+    assert lines and sorted(lines) == sorted(labels), (lines, labels)
+    assert all(re.search(r"[+-]\d+\.\d\d s$", label) for label in labels)

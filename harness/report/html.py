@@ -50,7 +50,7 @@ W, LEFT, RIGHT = 1100, 170, 20
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1180px}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h1{font-size:22px;margin:0 0 4px} .why{font-size:15px;margin:6px 0} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .verdict{display:inline-block;padding:3px 12px;border-radius:4px;color:#fff;font-weight:700}
 .pass{background:#2e7d32}.fail{background:#c62828}.inconclusive{background:#ef6c00}.na{background:#757575}
 .goodput{font-size:18px;font-weight:600;margin-left:14px}
@@ -198,6 +198,8 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         "<a href='../../history.html'>the history of every night</a></nav>",
         f"<div class=muted>scenario {_e(summary.get('scenario'))} · target {_e(summary.get('target'))}"
         f" · {_e(summary.get('requests', 0))} requests · times are seconds from the disruption</div>",
+        _why(summary),
+        _under_test(summary, records),
         _actions(events, t0),
         _failed_checks(summary),
         _evidence(summary),
@@ -234,6 +236,61 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def verdict_sentence(summary: dict) -> str:
+    """Why the verdict is what it is, in one sentence: the checks that decided it, or for
+    a PASS below full goodput the budgets that allowed it."""
+    verdict = str(summary.get("verdict", ""))
+    checks = [c for c in summary.get("checks") or [] if isinstance(c, dict)]
+    if verdict == "skipped":
+        return f"SKIPPED: {summary.get('reason') or 'the target could not run it'}."
+    if verdict in ("fail", "inconclusive"):
+        deciding = [c for c in checks if c.get("status") == verdict]
+        said = "; ".join(
+            f"{c.get('name')}: {check_text(c.get('reason') or c.get('observed'))}"
+            + (f" (expected {check_text(c.get('expected'))})" if verdict == "fail" else "")
+            for c in deciding[:3]
+        )
+        more = f" and {len(deciding) - 3} more" if len(deciding) > 3 else ""
+        return f"{verdict.upper()} because of {said or 'a check'}{more}."
+    judged = [c for c in checks if c.get("status") == "pass"]
+    share = ((summary.get("goodput") or {}).get("all") or {}).get("share")
+    text = f"PASS: every one of the {len(judged)} checks that judged this run passed"
+    if isinstance(share, (int, float)) and share < 1:
+        budgets = [
+            f"{c.get('name')} ({check_text(c.get('observed'))}; allowed {check_text(c.get('expected'))})"
+            for c in judged
+            if str(c.get("name", "")).endswith("_slo_budget")
+        ]
+        text += f"; goodput {share:.1%} is within the budgets: " + (
+            "; ".join(budgets) or "none set"
+        )
+    return text + "."
+
+
+def _why(summary: dict) -> str:
+    return f"<p class=why>{_e(verdict_sentence(summary))}</p>"
+
+
+def _under_test(summary: dict, records: list[StreamRecord]) -> str:
+    """The configuration under test (what it changes from the defaults) and the engine
+    versions the answers came from."""
+    changes = summary.get("config_changes") or []
+    seen = sorted({r.system_fingerprint for r in records if r.system_fingerprint})
+    models = sorted({r.model for r in records if r.model})
+    parts = [
+        "Configuration under test: "
+        + ("; ".join(str(c) for c in changes) if changes else "the defaults")
+        + "."
+    ]
+    if seen or models:
+        parts.append(
+            "Answers came from "
+            + ", ".join(filter(None, [", ".join(models), ", ".join(seen)]))
+            + "."
+        )
+    return f"<p class=muted>{_e(' '.join(parts))}</p>"
 
 
 def _actions(events: list[Event], t0: float) -> str:
@@ -713,14 +770,22 @@ def _finish_svg(
     svg_id: str, out: list[str], events: list[Event], x: _Scale, lo, hi, t0: float, y: int
 ) -> str:
     """Actions as vertical lines across every lane, the time axis, and the svg element."""
+    shown = 0
     for e in events:
         if e.kind == "action" and e.detail.get("action") not in ("health_probe",):
             if lo <= e.t - t0 <= hi:
+                label = f"{_action_label(e)} {e.t - t0:+.2f} s"
                 out.append(
                     f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke=#d32f2f "
-                    f"stroke-width=1.5><title>{_e(e.detail.get('action'))} {e.t - t0:+.2f} s"
-                    "</title></line>"
+                    f"stroke-width=1.5><title>{_e(label)}</title></line>"
                 )
+                # a visible label beside each line, staggered so that near ones do not
+                # cover each other
+                out.append(
+                    f"<text class=act x={x(e.t - t0) + 3} y={9 + 10 * (shown % 3)} "
+                    f"font-size=9 fill=#b71c1c>{_e(label)}</text>"
+                )
+                shown += 1
     for i in range(11):
         t = lo + (hi - lo) * i / 10
         out.append(f"<text x={x(t)} y={y + 14} font-size=10 text-anchor=middle>{t:+.1f}</text>")
@@ -729,6 +794,13 @@ def _finish_svg(
         f"viewBox='0 0 {W} {y + 24}'>" + "".join(out) + "</svg>"
     )
     return _quote_attributes(svg)
+
+
+def _action_label(e: Event) -> str:
+    """What an action line says: the act and its pod ("kill rollcheck-sim-v1-2")."""
+    what = str(e.detail.get("action") or "act")
+    who = e.pod or e.detail.get("node") or e.detail.get("pod") or ""
+    return f"{what} {who}".strip()
 
 
 ZOOM_MARGIN_S = 1.0

@@ -99,4 +99,36 @@ def build_summary(
         "lint": [f.to_dict() for f in (target_obj.lint_findings if target_obj else ())],
         "scaler": scaler_summary(data.events, data.t_act or data.t_start, since=data.t_start),
         "config": redact(dataclasses.asdict(config)),
+        "config_changes": config_changes(config),
     }
+
+
+def config_changes(config, limit: int = 40) -> list[str]:
+    """What the run's config changes from the shipped defaults (rollcheck.yaml, else the
+    built-in ones): "engine.shutdown_timeout_s: 8 -> 0", secrets never shown."""
+    from harness.config import ConfigError
+    from harness.config.schema import load_config
+
+    try:
+        base = dataclasses.asdict(load_config(None, []))
+    except ConfigError:
+        return []
+    out: list[str] = []
+
+    def walk(a, b, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                walk(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
+        elif a != b:
+            if is_secret_name(prefix.rsplit(".", 1)[-1]):
+                out.append(f"{prefix}: changed")
+            else:
+                out.append(f"{prefix}: {_short(a)} -> {_short(b)}")
+
+    walk(base, dataclasses.asdict(config), "")
+    return out[:limit] + ([f"and {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _short(value) -> str:
+    text = "unset" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
