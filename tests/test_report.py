@@ -718,3 +718,22 @@ def test_every_action_line_on_the_timeline_carries_a_visible_label(tmp_path):
     labels = re.findall(r"<text class=\"act\"[^>]*>([^<]+)</text>", page)
     assert lines and sorted(lines) == sorted(labels), (lines, labels)
     assert all(re.search(r"[+-]\d+\.\d\d s$", label) for label in labels)
+
+
+@pytest.mark.unit
+def test_the_close_up_spans_the_act_to_its_last_consequence_when_a_scaler_chose_the_pod():
+    """scale_to_zero: the count is handed to the scaler at +0 s and the scaler removes the
+    replica at +16 s; no victim is named by the harness. The close-up spanned -1 .. +6 s."""
+    from harness.report.html import _zoom_window
+
+    t = 1000.0
+    events = [
+        Event(t, "action", None, None, None, {"action": "autoscaler"}),
+        Event(t + 15.5, "sigterm", "sim-v1-2", None, "v1", {}),
+        Event(t + 16.0, "pod_removed", "sim-v1-2", None, "v1", {}),
+    ]
+    lo, hi = _zoom_window({"t_act": t, "victims": [], "t_end": t + 40}, [], events)
+    assert lo <= t - 1 and hi >= t + 16
+    # with a victim named, only its own events count
+    lo, hi = _zoom_window({"t_act": t, "victims": ["sim-v1-1"], "t_end": t + 40}, [], events)
+    assert hi < t + 10

@@ -816,8 +816,20 @@ def _zoom_window(summary: dict, records: list[StreamRecord], events: list[Event]
     if t_act is None:
         return None
     victims = set(summary.get("victims") or [])
-    hits = [e.t for e in events if e.pod in victims and e.kind in BREAKING and e.t >= t_act - 1]
-    hits += [e.t for e in events if e.pod in victims and e.kind == "pod_removed" and e.t >= t_act]
+    # the act's consequences: on its victims; with none named (a scaler chose the replica
+    # to remove, as in scale_to_zero), on any pod after the act, up to the run's end
+    end = summary.get("t_end")
+
+    def hit(e: Event) -> bool:
+        if victims and e.pod not in victims:
+            return False
+        if not victims and (e.pod is None or e.t < t_act or (end is not None and e.t > end)):
+            return False
+        return (e.kind in BREAKING and e.t >= t_act - 1) or (
+            e.kind == "pod_removed" and e.t >= t_act
+        )
+
+    hits = [e.t for e in events if hit(e)]
     ends = [r.ended_at for r in records if r.broken and r.ended_at >= t_act - 1]
     lo = min([t_act] + hits) - ZOOM_MARGIN_S
     hi = max([t_act + 5] + hits + ends) + ZOOM_MARGIN_S
