@@ -737,3 +737,13 @@ def test_the_close_up_spans_the_act_to_its_last_consequence_when_a_scaler_chose_
     # with a victim named, only its own events count
     lo, hi = _zoom_window({"t_act": t, "victims": ["sim-v1-1"], "t_end": t + 40}, [], events)
     assert hi < t + 10
+
+
+@pytest.mark.unit
+def test_expected_text_missing_on_both_sides_under_a_pass_is_explained():
+    from harness.report.html import _profile_note
+
+    note = _profile_note({"mode": "same"}, {"expected_missing": 5}, {"expected_missing": 5})
+    assert "missing 5 times in the canary's answers and 5 in the baseline's" in note
+    assert "the baseline's answer had and the canary's lost counts against" in note
+    assert _profile_note({"mode": "same"}, {"expected_missing": 0}, {"expected_missing": 0}) == ""

@@ -439,6 +439,26 @@ def _canary_section(c: dict | None) -> str:
         + "<table><tr><th></th><th>baseline</th><th>canary</th></tr>"
         + profile
         + "</table>"
+        + _profile_note(c, b, k)
+    )
+
+
+def _profile_note(c: dict, b: dict, k: dict) -> str:
+    """Why a profile figure that looks bad does not decide the verdict (expected text
+    missing on both sides under a PASS: the golden prompts' hints, not the gate)."""
+    bm, km = b.get("expected_missing"), k.get("expected_missing")
+    if not isinstance(bm, int) or not isinstance(km, int) or (bm == 0 and km == 0):
+        return ""
+    gate = (
+        "in mode same the answers' agreement with the baseline's decides the verdict"
+        if c.get("mode") == "same"
+        else "in mode new the canary is judged against the baseline's distribution"
+    )
+    return (
+        f"<p class=muted>Expected text is missing {km} times in the canary's answers and "
+        f"{bm} in the baseline's. Only expected text the baseline's answer had and the "
+        f"canary's lost counts against the canary (a prompt the baseline misses too says "
+        f"nothing about the upgrade); {gate}.</p>"
     )
 
 
