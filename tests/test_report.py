@@ -295,7 +295,12 @@ def make_kube_run(folder: Path) -> Path:
 def test_kube_report_zooms_into_the_disruption_and_names_what_broke_each_stream(tmp_path):
     from harness.report.html import LEFT, RIGHT, W
 
-    page = write_report(make_kube_run(tmp_path / "run")).read_text()
+    folder = make_run(tmp_path / "run", 40, 4, "fail")
+    s = json.loads((folder / "summary.json").read_text())
+    pods = sorted({json.loads(line)["pod"] for line in (folder / "records.jsonl").open()})
+    s["victims"] = [pods[0]]
+    (folder / "summary.json").write_text(json.dumps(s))
+    page = write_report(folder).read_text()
     zoom = page[page.index('<svg id="zoom"') :]
     zoom = zoom[: zoom.index("</svg>")]
     width = W - RIGHT - LEFT
@@ -747,3 +752,19 @@ def test_expected_text_missing_on_both_sides_under_a_pass_is_explained():
     assert "missing 5 times in the canary's answers and 5 in the baseline's" in note
     assert "the baseline's answer had and the canary's lost counts against" in note
     assert _profile_note({"mode": "same"}, {"expected_missing": 0}, {"expected_missing": 0}) == ""
+
+
+@pytest.mark.unit
+def test_the_close_ups_bars_are_grouped_by_pod_and_the_victim_is_marked(tmp_path):
+    folder = make_run(tmp_path / "run", 40, 4, "fail")
+    s = json.loads((folder / "summary.json").read_text())
+    pods = sorted({json.loads(line)["pod"] for line in (folder / "records.jsonl").open()})
+    s["victims"] = [pods[0]]
+    (folder / "summary.json").write_text(json.dumps(s))
+    page = write_report(folder).read_text()
+    zoom = page[page.index('<svg id="zoom"') :]
+    zoom = zoom[: zoom.index("</svg>")]
+    groups = re.findall(r'<text class="pod"[^>]*>([^<]+)</text>', zoom)
+    victims = [g for g in groups if g.endswith("◀ victim")]
+    assert len(groups) >= 2 and len(victims) == 1, groups
+    assert len(set(groups)) == len(groups)  # each pod named once: its streams together

@@ -864,12 +864,15 @@ def _zoom_section(summary: dict, records, events, t0: float) -> str:
         return ""
     return (
         f"<h2>The disruption, up close ({window[0] - t0:+.1f} s to {window[1] - t0:+.1f} s)</h2>"
-        + _zoom_svg(records, events, t0, window)
+        + _zoom_svg(records, events, t0, window, set(summary.get("victims") or []))
     )
 
 
-def _zoom_svg(records: list[StreamRecord], events: list[Event], t0: float, window) -> str:
-    """Each stream in flight during the disruption as its own bar, under the pods' events."""
+def _zoom_svg(
+    records: list[StreamRecord], events: list[Event], t0: float, window, victims=()
+) -> str:
+    """Each stream in flight during the disruption as its own bar, under the pods' events,
+    grouped by the pod that served it (each group named; the act's victims marked)."""
     lo, hi = window[0] - t0, window[1] - t0
     x = _Scale(lo, hi, LEFT, W - RIGHT)
     spans = _pod_spans(events)
@@ -885,7 +888,17 @@ def _zoom_svg(records: list[StreamRecord], events: list[Event], t0: float, windo
     out.append(f"<text x=8 y={y + 4} font-size=12 font-weight=600>streams</text>")
     out.append(f"<text x=8 y={y + 18} font-size=10>one bar each, by pod</text>")
     row = 4
+    group = object()  # no pod yet
     for r in shown:
+        if r.pod != group:  # a new pod's group: its name (and whether it was the victim)
+            group = r.pod
+            y += 6
+            name = r.pod or "not traced to a pod"
+            mark = " ◀ victim" if r.pod in victims else ""
+            out.append(
+                f"<text class=pod x={LEFT - 4} y={y + 3} font-size=9 text-anchor=end "
+                f"fill={'#b71c1c' if mark else '#555'}>{_e(name[-24:])}{mark}</text>"
+            )
         thick = 3 if r.broken else 2
         out.append(
             f"<rect class=bar x={x(r.sent_at - t0)} y={y} "
