@@ -763,3 +763,22 @@ def test_the_close_ups_bars_are_grouped_by_pod_and_the_victim_is_marked(tmp_path
     victims = [g for g in groups if g.endswith("◀ victim")]
     assert len(groups) >= 2 and len(victims) == 1, groups
     assert len(set(groups)) == len(groups)  # each pod named once: its streams together
+
+
+@pytest.mark.unit
+def test_a_failed_check_reads_as_a_sentence():
+    from harness.report.html import check_sentence
+
+    c = {
+        "name": "ttft_slo_budget", "status": "fail",
+        "observed": {"during": "9 of 20 (45.0%)"}, "expected": {"during": "<= 25% over 1 s"},
+        "population": "60 requests in before, during, after",
+        "requests": ["r1", "r2", "r3", "r4", "r5"],
+    }  # fmt: skip
+    assert check_sentence(c) == (
+        "judged 60 requests in before, during, after, it saw during: 9 of 20 (45.0%) where "
+        "during: <= 25% over 1 s was expected; broken: r1, r2, r3 and 2 more (in the table "
+        "below)."
+    )
+    unsure = {"name": "kill_seen", "status": "inconclusive", "reason": "the kill never showed"}
+    assert check_sentence(unsure) == "no evidence either way: the kill never showed."

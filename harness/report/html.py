@@ -320,18 +320,32 @@ def _failed_checks(summary: dict) -> str:
     out = ""
     if failed:
         items = "".join(
-            f"<li><b>{_e(c['name'])}</b>: observed {_e(c['observed'])}, expected "
-            f"{_e(c['expected'])} <span class=muted>({_e(c.get('population'))})</span>"
+            f"<li><b>{_e(c['name'])}</b>: {_e(check_sentence(c))}"
             f"{'<div class=hint>hint: ' + _e(c['hint']) + '</div>' if c.get('hint') else ''}</li>"
             for c in failed
         )
         out += f"<h2>Failed checks</h2><ul>{items}</ul>"
     if unsure:
-        items = "".join(
-            f"<li><b>{_e(c['name'])}</b>: INCONCLUSIVE: {_e(c.get('reason'))}</li>" for c in unsure
-        )
+        items = "".join(f"<li><b>{_e(c['name'])}</b>: {_e(check_sentence(c))}</li>" for c in unsure)
         out += f"<h2>Inconclusive checks (no evidence, no pass)</h2><ul>{items}</ul>"
     return out
+
+
+def check_sentence(c: dict) -> str:
+    """A check as a sentence: what it judged, what it saw against what it expected, the
+    requests that broke it (an INCONCLUSIVE one: why there was no evidence)."""
+    if c.get("status") == "inconclusive":
+        return f"no evidence either way: {check_text(c.get('reason'))}."
+    judged = check_text(c.get("population"))
+    text = (
+        f"judged {judged}, it saw {check_text(c.get('observed'))} where "
+        f"{check_text(c.get('expected'))} was expected"
+    )
+    ids = [str(r) for r in c.get("requests") or []]
+    if ids:
+        more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+        text += f"; broken: {', '.join(ids[:3])}{more} (in the table below)"
+    return text + "."
 
 
 def _evidence(summary: dict) -> str:
