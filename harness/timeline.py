@@ -278,6 +278,10 @@ def scaler_timeline(events, t0: float | None) -> list[dict]:
             "HorizontalPodAutoscaler",
         ):
             what = f"{e.detail['object']} {e.detail.get('reason')}: {e.detail.get('message')}"
+        elif e.kind == "scale" and str(e.detail.get("by", "")).startswith("autoscaler"):
+            # the local target's autoscaler deciding (scale_to_zero's removal)
+            d = e.detail
+            what = f"the {d['by']} set replicas {d.get('replicas_from')} -> {d.get('replicas_to')}"
         elif e.kind == "action" and e.detail.get("action") == "scaler_removed":
             held = e.detail.get("busy")
             busy = (

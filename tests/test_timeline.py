@@ -66,3 +66,21 @@ def test_a_kill_is_blamed_not_the_endpoint_removal_that_followed_it():
     # an endpoint removed first and a SIGTERM after it: the signal, as before
     drain = [ev(-50, "ready"), ev(0.0, "endpoint_removed"), ev(1.0, "sigterm")]
     assert breaking_event(rec(-2, 1.02), drain).kind == "sigterm"
+
+
+def test_the_local_autoscalers_decision_is_in_the_scalers_table():
+    """scale_to_zero on the local target: the hand-over and the autoscaler's removal both
+    show (the decisions table omitted the removal)."""
+    from harness.timeline import scaler_timeline
+
+    events = [
+        ev(0, "action", pod=None, action="autoscaler", policy="inflight"),
+        ev(16, "scale", pod=None, replicas_from=1, replicas_to=0, by="autoscaler (inflight)"),
+        ev(20, "scale", pod=None, replicas_from=0, replicas_to=3, by="user"),  # the harness's
+    ]
+    rows = scaler_timeline(events, T)
+    assert [r["what"] for r in rows] == [
+        "the count handed to the scaler (inflight)",
+        "the autoscaler (inflight) set replicas 1 -> 0",
+    ]
+    assert rows[1]["at_s"] == 16
