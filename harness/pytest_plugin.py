@@ -276,9 +276,10 @@ def scenario(request, rollcheck_config, target, run_dir, progress):
     sc = Scenario(request.node.name, kind, cfg, target, run_dir, progress, load_factory=load)
     if calibration is not None:
         sc.extras["calibration"] = calibration.as_dict()
-    yield sc
-    if sc.load is not None:
-        sc.load.close()
+    try:
+        yield sc
+    finally:
+        sc.close()  # its threads joined and its load stopped, however the run ended
 
 
 def _calibrated(config: pytest.Config, cfg, target):

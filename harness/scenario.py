@@ -174,6 +174,19 @@ class Scenario:
         self._witness_thread = threading.Thread(target=poll, name="engine-witness", daemon=True)
         self._witness_thread.start()
 
+    def close(self) -> None:
+        """End what the scenario started, however it ended (a verdict, an error, SIGTERM):
+        the /health poll and the engine witness are stopped and joined (a thread left
+        running at interpreter exit aborted a SIGTERMed run with status 134), the load
+        stopped."""
+        self._health_stop.set()
+        self._witness_stop.set()
+        for thread in (self._health_thread, self._witness_thread):
+            if thread is not None:
+                thread.join(HEALTH_JOIN_S)
+        if self.load is not None:
+            self.load.close()
+
     def _stop_witness(self) -> dict | None:
         self._witness_stop.set()
         if self._witness_thread is not None:

@@ -51,6 +51,8 @@ def check_exit(proc: subprocess.CompletedProcess, summaries: list[dict]) -> None
     code = proc.returncode
     tail = proc.stdout[-1500:] + "\n--- stderr ---\n" + proc.stderr[-4000:]
     assert 0 <= code < 6, f"pytest ended with status {code} (a signal or an abort):\n{tail}"
+    # a thread of rollcheck's alive at exit can abort it (harness/threads.py): never one
+    assert "threads still running at exit" not in proc.stderr, tail
     broken = [s["name"] for s in summaries if s.get("verdict") in ("fail", "inconclusive")]
     if broken:
         assert code == 1, f"{broken} did not pass, yet pytest exited {code}:\n{tail}"
