@@ -265,6 +265,15 @@ def _page_href(page: Path, target: Path) -> str:
     return _href(*rel.split(os.sep))
 
 
+def _night_link(page: Path, session: Session) -> str:
+    """A night's heading, linked to its session page when that page is there."""
+    index = session.folder / "index.html"
+    label = _e(night_label(session.name))
+    if not index.is_file():
+        return label
+    return f"<a href='{_e(_page_href(page, index))}'>{label}</a>"
+
+
 def _link(page: Path, run: dict, text: str) -> str:
     report = Path(run["_folder"]) / "report.html"
     if not report.is_file():  # a run that ended before its report (skipped): no link
@@ -423,11 +432,7 @@ def render_history(
     sessions: list[Session], page: Path, compare: tuple[Path, str, str] | None = None
 ) -> tuple[str, dict]:
     names = sorted({n for s in sessions for n in s.runs})
-    head = "".join(
-        f"<th class=small><a href='{_e(_page_href(page, s.folder / 'index.html'))}'>"
-        f"{_e(night_label(s.name))}</a></th>"
-        for s in sessions
-    )
+    head = "".join(f"<th class=small>{_night_link(page, s)}</th>" for s in sessions)
     rows, table = [], {}
     for name in names:
         verdicts = [s.runs[name]["verdict"] if name in s.runs else None for s in sessions]
