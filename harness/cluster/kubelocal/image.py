@@ -275,14 +275,26 @@ def _write_archive(root: Path, out: Path, images: list[tuple[list[str], dict, li
     layer.unlink()
 
 
+# Tars of one kind kept besides the one just made, newest first: every clean clone names
+# a new one (its files' times differ), and a runner image is 700 MB. A tar removed while
+# another checkout imports it stays readable to that import (an open file), and a
+# checkout whose tar is gone builds it again in seconds.
+KEEP_TARS = 2
+
+
 def _prune(cache: Path, prefix: str, keep: Path) -> None:
-    """Images of this kind unused for a day (another checkout's may be in use)."""
+    """Images of this kind unused for a day, and all but the newest KEEP_TARS others."""
+    others = []
     for old in cache.glob(f"{prefix}*.tar"):
         try:
-            if old != keep and time.time() - old.stat().st_mtime > 86400:
-                old.unlink(missing_ok=True)
+            if old != keep:
+                others.append((old.stat().st_mtime, old))
         except OSError:
             continue
+    others.sort(reverse=True)
+    for i, (mtime, old) in enumerate(others):
+        if i >= KEEP_TARS or time.time() - mtime > 86400:
+            old.unlink(missing_ok=True)
 
 
 def sim_image(cache: Path = CACHE) -> Path:
