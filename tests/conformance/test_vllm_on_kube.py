@@ -65,6 +65,11 @@ def test_a_pod_drain_of_real_vllm(kube, deployed, verdict, tmp_path):
         "drain and pod",
         "engine.kind=vllm",  # the real engine's time scale (harness/config/schema.py)
         "load.model=m",
+        # answers long enough to be in flight when the kubelet's SIGTERM really lands: it
+        # comes after the deletion by the kubelet's own delay (seconds on a busy machine),
+        # and 60-token answers sent a second before the eviction had finished by then
+        # (both complete, the FAIL expected of timeout 0 a PASS; CI, 2026-12-05)
+        "load.max_tokens=[{tokens: 200}]",
         "slo.calibrate=always",  # TTFT judged by what these CPUs do, measured first
         f"kube.namespace={ns}",
         "kube.deployment=vllm",
