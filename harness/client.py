@@ -299,16 +299,16 @@ def _decoder(encoding: str | None, obs: StreamObserver):
         return None
     # gzip; deflate is zlib-wrapped by the standard, raw by some servers: both are read
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in name else 32 + zlib.MAX_WBITS)
-    raw_deflate = [False]
+    raw_deflate = False
 
     def decode(raw: bytes) -> bytes:
-        nonlocal inflater
+        nonlocal inflater, raw_deflate
         try:
             out = inflater.decompress(raw, DECODE_STEP)
         except zlib.error:
-            if name != "deflate" or raw_deflate[0] or obs.bytes:
+            if name != "deflate" or raw_deflate or obs.bytes:
                 raise
-            raw_deflate[0] = True
+            raw_deflate = True
             inflater = zlib.decompressobj(-zlib.MAX_WBITS)
             out = inflater.decompress(raw, DECODE_STEP)
         parts, size = [out], len(out)

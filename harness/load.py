@@ -370,7 +370,6 @@ class LoadRun:
         for proc in [self.master, *self.workers]:
             if proc is not None:  # the group, whether or not its leader is alive
                 kill_group(proc, signal.SIGKILL)
-            if proc is not None:
                 try:
                     proc.wait(5)
                 except subprocess.TimeoutExpired:

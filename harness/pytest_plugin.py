@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from pathlib import Path
 
@@ -230,9 +229,9 @@ def target(request, rollcheck_config, run_dir, progress):
         try:
             tgt.start()
         except CannotRun as exc:  # found before anything was touched (RBAC): SKIPPED
-            from harness.scenario import write_skipped
+            from harness.scenario import write_unjudged
 
-            write_skipped(run_dir, _kind(request.node), request.node.name, tgt.name, str(exc))
+            write_unjudged(run_dir, _kind(request.node), request.node.name, tgt.name, str(exc))
             progress.phase(f"SKIPPED: {exc}")
             pytest.skip(f"rollcheck: SKIPPED: {exc}")
         progress.target = tgt
@@ -405,10 +404,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     worst = live.worst_cases(config, cfg, scenarios, KINDS)
     names = [nightly.run_folder_name(i.name) for i in scenarios]
     last = nightly.last_runs(Path(config.getoption("reports_dir")))
-    order = nightly.night_order(names, last, nightly.night_number(time.time()))
-    night = nightly.Night(
-        deadline, source, nightly.RESTORE_S, nightly.night_number(time.time()), order, worst
-    )
+    number = nightly.night_number(time.time())
+    order = nightly.night_order(names, last, number)
+    night = nightly.Night(deadline, source, nightly.RESTORE_S, number, order, worst)
     config.stash[night_key] = night
     by_name = dict(zip(names, scenarios, strict=True))
     others = [i for i in items if i not in scenarios]
@@ -492,24 +490,16 @@ def _interrupted_runs(session_dir: Path) -> None:
     """A session stopped by a signal (the Job's deadline, a node drain, Ctrl-C) leaves the
     run it was in without a verdict: that run says so, INCONCLUSIVE, so the index and the
     history show the night as it ended, its records and events beside it."""
-    import json
-
-    from harness.files import write_atomic
+    from harness.scenario import write_unjudged
 
     for folder in sorted(p for p in session_dir.iterdir() if p.is_dir()):
         if (folder / "summary.json").exists() or not (folder / "events.jsonl").exists():
             continue
-        summary = {
-            "scenario": "interrupted",
-            "name": folder.name,
-            "verdict": "inconclusive",
-            "reason": "the session was interrupted (SIGTERM: the Job's deadline or a node "
-            "drain, or Ctrl-C) before this run's verdict; what it recorded is in its folder",
-            "requests": 0,
-            "outcomes": {},
-            "checks": [],
-        }
-        write_atomic(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        reason = (
+            "the session was interrupted (SIGTERM: the Job's deadline or a node drain, or "
+            "Ctrl-C) before this run's verdict; what it recorded is in its folder"
+        )
+        write_unjudged(folder, "interrupted", folder.name, None, reason, verdict="inconclusive")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -526,14 +516,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         )
 
 
-SESSION_NAME = re.compile(r"^\d{8}-\d{6}-[a-z]+$")  # <stamp>-<target>, as _session_dir names
-
-
 def prune_sessions(reports_dir: Path, keep: int, current: Path | None = None) -> list[str]:
     """Delete all but the newest `keep` session folders (named and shaped as sessions:
     nothing else in the folder is touched), never `current` (this session's, whatever
     its name sorts as: a clock set back on the node)."""
     import shutil
+
+    from harness.nightly import SESSION_NAME
 
     current = current.resolve() if current is not None else None
     sessions = sorted(

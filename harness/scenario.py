@@ -47,18 +47,14 @@ PREFER_WAIT_S = 10.0
 HEALTH_JOIN_S = 15.0  # one /health request through the API's pods proxy, and its retries
 
 
-def write_skipped(run_dir: Path, kind: str, name: str, target: str, reason: str) -> dict:
-    """The summary of a run that ended before acting (SKIPPED): why, for the index."""
-    summary = {
-        "scenario": kind,
-        "name": name,
-        "target": target,
-        "verdict": "skipped",
-        "reason": reason,
-        "requests": 0,
-        "outcomes": {},
-        "checks": [],
-    }
+def write_unjudged(
+    run_dir: Path, kind: str, name: str, target: str | None, reason: str, verdict="skipped"
+) -> dict:
+    """The summary of a run that ended without judging: SKIPPED before acting, or
+    INCONCLUSIVE when the session was interrupted; why, for the index."""
+    summary = {"scenario": kind, "name": name} | ({"target": target} if target else {})
+    summary |= {"verdict": verdict, "reason": reason, "requests": 0, "outcomes": {}}
+    summary["checks"] = []
     write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -684,7 +680,7 @@ class Scenario:
     # --- judge ---------------------------------------------------------------------
     def skip(self, reason: str):
         """End before acting, as SKIPPED: the run folder says why (the index lists it)."""
-        self.summary = write_skipped(self.run_dir, self.kind, self.name, self.target.name, reason)
+        self.summary = write_unjudged(self.run_dir, self.kind, self.name, self.target.name, reason)
         self.progress.phase(f"SKIPPED: {reason}")
         raise ScenarioSkipped(reason)
 

@@ -596,7 +596,7 @@ def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
     page, each report and the last two nights compared: every href of every page leads to
     a file that is there, and a run that ended before its report (SKIPPED) is not linked."""
     from harness.report.compare import write_history
-    from harness.scenario import write_skipped
+    from harness.scenario import write_unjudged
 
     reports = tmp_path / "reports"
     nights = []
@@ -604,7 +604,7 @@ def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
         session = make_session(reports / night, {"test_drain[pod]": ("pass", 1.0, 1.0)})
         skipped = session / "test_drain_node"
         skipped.mkdir()
-        write_skipped(skipped, "drain", "test_drain[node]", "kube", "RBAC: not allowed")
+        write_unjudged(skipped, "drain", "test_drain[node]", "kube", "RBAC: not allowed")
         write_index(session)
         nights.append(session)
     history, _ = write_history(reports)

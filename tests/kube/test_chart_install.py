@@ -291,6 +291,15 @@ def chart_role(kube_local, namespace: str, drop: tuple[str, str] | None = None) 
     return token_kubeconfig(kube_local, namespace, "rollcheck", Path(kube_local.run_dir))
 
 
+def refused(sets: list[str], run_dir: Path, kind: str, error: type) -> list[str]:
+    """The lines a kube target for `kind` refuses to start with (nothing touched)."""
+    target = KubeTarget(load_config(None, sets), run_dir, kind=kind)
+    with pytest.raises(error) as info:
+        target.start()
+    target.close()
+    return str(info.value).splitlines()
+
+
 def test_the_base_role_alone_skips_a_node_drain_and_a_pod_kill_with_one_line_each(
     kube_local, namespace, tmp_path
 ):
@@ -307,11 +316,7 @@ def test_the_base_role_alone_skips_a_node_drain_and_a_pod_kill_with_one_line_eac
         "replicas=2",
     ]
     # a pod kill needs delete on pods: SKIPPED when the target starts, nothing touched
-    kill = KubeTarget(load_config(None, base), tmp_path / "kill", kind="pod_kill")
-    with pytest.raises(CannotRun) as info:
-        kill.start()
-    kill.close()
-    assert str(info.value).splitlines() == [
+    assert refused(base, tmp_path / "kill", "pod_kill", CannotRun) == [
         f"RBAC: not allowed to delete pods in namespace {namespace}: killing a pod (grace 0) "
         "(needed by pod_kill); grant it with the chart's Role (charts/rollcheck)"
     ]
@@ -352,11 +357,7 @@ def test_the_base_role_alone_skips_a_node_drain_and_a_pod_kill_with_one_line_eac
             },
         },
     )  # fmt: skip
-    held = KubeTarget(load_config(None, base), tmp_path / "held", kind="drain")
-    with pytest.raises(TargetError) as info:
-        held.start()
-    held.close()
-    assert str(info.value).splitlines() == [
+    assert refused(base, tmp_path / "held", "drain", TargetError) == [
         f"RBAC: not allowed to patch HorizontalPodAutoscaler sim-hpa in namespace {namespace}: "
         "it scales the Deployment, and rollcheck holds it for each scenario and puts it back "
         "(needed by every scenario); name it in the chart's target.hpas"
