@@ -329,7 +329,7 @@ def _slo_phases(d: RunData, kind: str, slo_s: float) -> dict[str, list]:
     def when(r: StreamRecord) -> float:
         if kind == "ttft" and r.ttft_s is None:
             return min(r.ended_at, r.sent_at + slo_s)
-        return r.sent_at
+        return d.counted_at(r)
 
     return d.by_phase(_slo_population(d), when)
 

@@ -156,17 +156,31 @@ class RunData:
     def phases(self) -> Phases:
         return Phases(self.t_start, self.t_act, self.t_recovered, self.t_end)
 
+    def counted_at(self, r: StreamRecord) -> float:
+        """The moment a request's phase is read from: when it was sent, except a stream
+        the disruption broke in flight (sent before the act, broken, ended at or after
+        it), which counts at the act. The act cut it, not the steady state before:
+        a pod_kill's cut streams belong to "during", and "before" stays the baseline."""
+        if (
+            self.t_act is not None
+            and r.sent_at < self.t_act <= r.ended_at
+            and r.outcome not in OK_OUTCOMES
+        ):
+            return self.t_act
+        return r.sent_at
+
     def by_phase(
         self,
         records: Sequence[StreamRecord] | None = None,
         when: Callable[[StreamRecord], float] | None = None,
     ) -> dict[str, list]:
         """Records (all of the run's by default) grouped by phase: the phase of the moment
-        `when` gives for each (by default, when it was sent)."""
+        `when` gives for each (by default, `counted_at`)."""
         phases = self.phases
+        when = when or self.counted_at
         out: dict[str, list] = {p: [] for p in PHASES}
         for r in self.records if records is None else records:
-            out[phases.at(r.sent_at if when is None else when(r))].append(r)
+            out[phases.at(when(r))].append(r)
         return out
 
     @property

@@ -271,6 +271,24 @@ def test_pod_kill_leaves_its_victims_cut_streams_out_of_the_ttft_budget():
     assert r.observed["before"] == "1 of 11 (9.1%)" and status(r) == "fail"
 
 
+def test_streams_the_act_cut_count_in_the_disruption_not_the_baseline_before_it():
+    """pod_kill's report once put both cut streams in "before" (goodput 81.8% before, 100%
+    during): a stream sent before the act and broken at or after it is the act's doing."""
+    from harness.report.summary import signals
+
+    before = [rec(f"b{i}", sent=T - 3 + i * 0.1, dur=1) for i in range(9)]
+    spans = [rec("long", sent=T - 1, dur=3)]  # complete across the act: served before it
+    cut = [rec(f"cut{i}", "truncated", sent=T - 0.5, dur=0.6, pod="p1") for i in range(2)]
+    during = [rec(f"d{i}", sent=T + 1, dur=1) for i in range(3)]
+    early = rec("early", "truncated", sent=T - 3, dur=1)  # broke before the act: before
+    d = data(before + spans + cut + during + [early])
+    g = C.goodput(d)
+    assert g["before"] == {"good": 10, "requests": 11, "share": 0.9091}
+    assert g["during"] == {"good": 3, "requests": 5, "share": 0.6}
+    s = signals(d)
+    assert s["before"]["truncated"] == 1 and s["during"]["truncated"] == 2
+
+
 def test_ttft_budget_inconclusive_without_requests_in_the_disruption():
     r = C.ttft_slo_budget(data([rec("b", sent=T - 2, dur=1)]))
     assert status(r) == "inconclusive" and "during" in r.reason
