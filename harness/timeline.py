@@ -249,6 +249,23 @@ def replicas_writer(change: Event, events: Sequence[Event], within_s: float = 5.
     return "a writer nothing names"
 
 
+def count_decisions(events: Sequence[Event]) -> list[tuple[Event, str]]:
+    """Each replica count the target itself changed, labelled for the timeline: the
+    local autoscaler's decisions, and each Deployment replicas change on a cluster with
+    the writer that made it ("KEDA (ScaledObject/x): replicas 1 -> 0")."""
+    out = []
+    for e in events:
+        d = e.detail
+        if e.kind == "scale" and str(d.get("by", "")).startswith("autoscaler"):
+            out.append(
+                (e, f"{d['by']}: replicas {d.get('replicas_from')} -> {d.get('replicas_to')}")
+            )
+        elif e.kind in ("replicas_changed", "scaler_fought"):
+            who = replicas_writer(e, events)
+            out.append((e, f"{who}: replicas {d['replicas_from']} -> {d['replicas_to']}"))
+    return out
+
+
 def scaler_timeline(events, t0: float | None) -> list[dict]:
     """The scaler's decisions for a report: each desired-replicas status of an HPA, each
     replica count the cluster set, each fight, on the scenario's clock (t0), in order."""

@@ -45,6 +45,22 @@ def main(page_path: str, chromium: str, screenshot: str, filter_text: str) -> No
             browser.close()
             print(json.dumps({"errors": errors, **live}))
             return
+        if filter_text == "review":  # what a reviewer reads and clicks, from any page
+            page.screenshot(path=screenshot, full_page=True)
+            seen = page.evaluate(REVIEW_JS)
+            seen["broken_links"] = []
+            for href in seen["hrefs"]:  # followed in the browser, one by one
+                other = browser.new_page()
+                try:
+                    response = other.goto(href)
+                    if response is not None and not response.ok:
+                        seen["broken_links"].append(f"{href}: {response.status}")
+                except Exception as e:  # net::ERR_FILE_NOT_FOUND and the like
+                    seen["broken_links"].append(f"{href}: {str(e).splitlines()[0]}")
+                other.close()
+            browser.close()
+            print(json.dumps({"errors": errors, **seen}))
+            return
         if filter_text == "-":  # a page with no timeline (compare, history): the whole page
             page.screenshot(path=screenshot, full_page=True)
             links = page.locator("a").count()
@@ -72,6 +88,40 @@ def main(page_path: str, chromium: str, screenshot: str, filter_text: str) -> No
             }
         )
     )
+
+
+# the visible text, every link's target, and each vertical line of a timeline against
+# the labels drawn beside it (a label within a few pixels, not empty, inside the svg)
+REVIEW_JS = """() => {
+  const unlabelled = [];
+  let lines = 0;
+  for (const svg of document.querySelectorAll('svg')) {
+    const width = svg.viewBox.baseVal ? svg.viewBox.baseVal.width : svg.width.baseVal.value;
+    for (const cls of ['act', 'mark']) {
+      const labels = [...svg.querySelectorAll('text.' + cls)].map(t => {
+        const b = t.getBBox();
+        return {x: t.x.baseVal[0].value, left: b.x, right: b.x + b.width,
+                text: t.textContent.trim()};
+      });
+      for (const line of svg.querySelectorAll('line.' + cls)) {
+        lines += 1;
+        const x = line.x1.baseVal.value;
+        const ok = labels.some(l => Math.abs(l.x - x) <= 8 && l.text &&
+                                    l.left >= 0 && l.right <= width + 1);
+        if (!ok) unlabelled.push(svg.id + ': ' + line.textContent.trim());
+      }
+    }
+  }
+  const zoom = [...document.querySelectorAll('h2')].find(
+    h => h.textContent.startsWith('The disruption, up close'));
+  return {
+    text: document.body.innerText,
+    hrefs: [...document.querySelectorAll('a[href]')].map(a => a.href),
+    lines: lines,
+    unlabelled: unlabelled,
+    zoom: zoom ? zoom.textContent : null,
+  };
+}"""
 
 
 if __name__ == "__main__":

@@ -306,7 +306,7 @@ def test_kube_report_zooms_into_the_disruption_and_names_what_broke_each_stream(
     ends = [float(x) + float(w) for x, w in bars]
     # the disruption (-1 s .. the victim's removal +6 s) fills the zoomed view
     assert max(ends) - min(starts) > 0.9 * width
-    sigterm = re.search(r'<line x1="([\d.]+)"[^>]*stroke="#e65100"', zoom)
+    sigterm = re.search(r'<line class="mark" x1="([\d.]+)"[^>]*stroke="#e65100"', zoom)
     assert sigterm and float(sigterm.group(1)) < LEFT + 0.25 * width
     assert "◀ created -3600 s" in zoom
     # each broken stream names the estimated SIGTERM, and that its pod is unknown

@@ -305,10 +305,24 @@ def _actions(events: list[Event], t0: float) -> str:
         return "<p class=muted>No actions recorded.</p>"
     rows = "".join(
         f"<tr><td class=num>{e.t - t0:+.2f}</td><td>{_e(e.detail.get('action'))}</td>"
-        f"<td>{_e(e.pod or '')} <code>{_e(json.dumps({k: v for k, v in e.detail.items() if k != 'action'}))}</code></td></tr>"
+        f"<td>{_e(_action_detail(e))}</td></tr>"
         for e in acts[:50]
     )
     return f"<h2>What was done</h2><table><tr><th>t</th><th>action</th><th>detail</th></tr>{rows}</table>"
+
+
+def _action_detail(e: Event) -> str:
+    """An action's pod and detail as words ("rollcheck-sim-v1-3, signal: SIGKILL"), never
+    a dict's repr."""
+    rest = {
+        k.replace("_", " "): v
+        for k, v in e.detail.items()
+        if k != "action" and v not in (None, "", {}, [])
+    }
+    parts = [e.pod] if e.pod else []
+    if rest:
+        parts.append(check_text(rest))
+    return ", ".join(parts) or "–"
 
 
 def _failed_checks(summary: dict) -> str:
@@ -803,23 +817,34 @@ def _ttft_lane(out: list[str], drawn, x: _Scale, t0: float, y: float, slo) -> fl
 def _finish_svg(
     svg_id: str, out: list[str], events: list[Event], x: _Scale, lo, hi, t0: float, y: int
 ) -> str:
-    """Actions as vertical lines across every lane, the time axis, and the svg element."""
+    """Actions and the target's own replica-count decisions as vertical lines across
+    every lane, each with a visible label; the time axis; the svg element."""
+    from harness.timeline import count_decisions
+
+    lines = [
+        (e, _action_label(e), "#d32f2f", "")
+        for e in events
+        if e.kind == "action" and e.detail.get("action") not in ("health_probe",)
+    ]
+    lines += [
+        (e, label, "#6a1b9a", " stroke-dasharray='6 3'") for e, label in count_decisions(events)
+    ]
+    lines.sort(key=lambda line: line[0].t)
     shown = 0
-    for e in events:
-        if e.kind == "action" and e.detail.get("action") not in ("health_probe",):
-            if lo <= e.t - t0 <= hi:
-                label = f"{_action_label(e)} {e.t - t0:+.2f} s"
-                out.append(
-                    f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke=#d32f2f "
-                    f"stroke-width=1.5><title>{_e(label)}</title></line>"
-                )
-                # a visible label beside each line, staggered so that near ones do not
-                # cover each other
-                out.append(
-                    f"<text class=act x={x(e.t - t0) + 3} y={9 + 10 * (shown % 3)} "
-                    f"font-size=9 fill=#b71c1c>{_e(label)}</text>"
-                )
-                shown += 1
+    for e, what, color, dash in lines:
+        if lo <= e.t - t0 <= hi:
+            label = f"{what} {e.t - t0:+.2f} s"
+            out.append(
+                f"<line class=act x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke={color} "
+                f"stroke-width=1.5{dash}><title>{_e(label)}</title></line>"
+            )
+            # a visible label beside each line, staggered so that near ones do not
+            # cover each other
+            out.append(
+                f"<text class=act {_beside(x(e.t - t0))} y={9 + 10 * (shown % 3)} "
+                f"font-size=9 fill={color}>{_e(label)}</text>"
+            )
+            shown += 1
     for i in range(11):
         t = lo + (hi - lo) * i / 10
         out.append(f"<text x={x(t)} y={y + 14} font-size=10 text-anchor=middle>{t:+.1f}</text>")
@@ -928,16 +953,45 @@ def _zoom_svg(
             "complete streams in this window not drawn</text>"
         )
         y += 14
-    # the victims' signals as dashed lines across the streams
-    for e in events:
-        if e.kind in MARKED_EVENTS and lo <= e.t - t0 <= hi:
-            est = " (estimated)" if e.detail.get("estimated") else ""
-            out.append(
-                f"<line x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} "
-                f"stroke={MARKED_EVENTS[e.kind]} stroke-dasharray='3 3'><title>{e.kind}{est} "
-                f"{_e(e.pod)} {e.t - t0:+.2f} s</title></line>"
-            )
+    # the pods' signals as dashed lines across the streams, each labelled under them: the
+    # events one pixel column apart share a label ("sigkill, exited v1-3 +0.00 s")
+    marked = [e for e in events if e.kind in MARKED_EVENTS and lo <= e.t - t0 <= hi]
+    labels: list[tuple[float, list[Event]]] = []
+    for e in marked:
+        est = " (estimated)" if e.detail.get("estimated") else ""
+        out.append(
+            f"<line class=mark x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} "
+            f"stroke={MARKED_EVENTS[e.kind]} stroke-dasharray='3 3'><title>{e.kind}{est} "
+            f"{_e(e.pod)} {e.t - t0:+.2f} s</title></line>"
+        )
+        if labels and x(e.t - t0) - labels[-1][0] < 4:
+            labels[-1][1].append(e)
+        else:
+            labels.append((x(e.t - t0), [e]))
+    for i, (px, group) in enumerate(labels):
+        kinds = ", ".join(dict.fromkeys(e.kind for e in group))
+        pods = ", ".join(dict.fromkeys(_short_pod(e.pod) for e in group if e.pod))
+        out.append(
+            f"<text class=mark {_beside(px)} y={y + 10 + 10 * (i % 4)} font-size=9 fill=#555>"
+            f"{_e(f'{kinds} {pods} {group[0].t - t0:+.2f} s'.replace('  ', ' '))}</text>"
+        )
+    if labels:
+        y += 10 * min(4, len(labels)) + 4
     return _finish_svg("zoom", out, events, x, lo, hi, t0, y + 6)
+
+
+def _beside(px: float) -> str:
+    """Where a vertical line's label goes: right of the line, or left of it near the
+    svg's right edge, so that it is never cut off."""
+    halo = "stroke=#fff stroke-width=3 paint-order=stroke"  # readable over the bars
+    if px > W - 260:
+        return f"x={px - 3} text-anchor=end {halo}"
+    return f"x={px + 3} {halo}"
+
+
+def _short_pod(pod: str) -> str:
+    """A pod's name short enough for a label: its last 14 characters."""
+    return pod if len(pod) <= 16 else "…" + pod[-14:]
 
 
 _TAG = re.compile(r"<[a-z][^<>]*>")
@@ -1067,6 +1121,8 @@ def check_text(value) -> str:
     "before: 0 of 11; during: ...", a list joined, nothing as a dash (never a repr)."""
     if value is None or value == "":
         return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, dict):
         return "; ".join(f"{k}: {check_text(v)}" for k, v in value.items()) or "–"
     if isinstance(value, (list, tuple)):

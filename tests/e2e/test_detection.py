@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.scenario_runs import run_scenarios
+from tests.test_report import CHROMIUM, browser_check
 
 LONG = "load.max_tokens=[{tokens: 200}]"  # every answer ~4 s: streams surely in flight
 
@@ -153,12 +156,20 @@ def test_misconfiguration_is_caught(tmp_path, select, sets, outcomes, checks):
     assert "Traceback" not in proc.stdout
 
 
-def test_well_configured_deployment_passes_every_scenario(tmp_path):
+@pytest.fixture(scope="module")
+def healthy_night(tmp_path_factory):
+    """Every scenario against a well-configured local target, once for this module."""
+    reports = tmp_path_factory.mktemp("healthy")
     proc, summaries = run_scenarios(
-        tmp_path,
+        reports,
         "drain or rollout or scale_to_zero or pod_kill or scale_up or canary or startup "
         "or scale_down",
     )
+    return reports, proc, summaries
+
+
+def test_well_configured_deployment_passes_every_scenario(healthy_night):
+    tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert len(summaries) == 11
     for s in summaries:
@@ -177,6 +188,54 @@ def test_well_configured_deployment_passes_every_scenario(tmp_path):
     canary = next(s for s in summaries if s["scenario"] == "canary")["canary"]
     assert canary["action"] == "promoted" and canary["agreement"] == 1.0
     assert canary["candidate_pods_serving"] == [canary["candidate_pod"]]
+
+
+# what no page a reviewer reads may show: a placeholder, a repr, a unit without its number
+LEAK = re.compile(
+    r"\bNone\b|\bnull\b|\bundefined\b|\bNaN\b|\bTrue\b|\bFalse\b|\{'|\[\]|\{\}"
+    r"|(?<![\d–])\s(?:s|ms|%)(?=[\s.,;)]|$)"
+)
+
+
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason="chromium is not installed (scripts/run test installs it as root)",
+)
+def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
+    """A reviewer opens the index, every scenario's report and the history in Chromium:
+    every vertical line of a timeline carries a visible label, no placeholder or repr in
+    the visible text, every link (index -> report -> back, index <-> history) leads to a
+    page when followed, and the close-up reaches the act's last consequence (for
+    scale_to_zero, the removal of the last replica, 16 s after the act)."""
+    reports, _, summaries = healthy_night
+    session = next(reports.glob("*/index.html")).parent
+    pages = [session / "index.html", reports / "history.html"]
+    pages += sorted(session.glob("*/report.html"))
+    assert len(pages) == 2 + len(summaries) == 13
+    for page in pages:
+        seen = browser_check(page, tmp_path / "page.png", "review")
+        where = page.relative_to(reports)
+        assert seen["errors"] == [], (where, seen["errors"])
+        assert seen["unlabelled"] == [], (where, seen["unlabelled"])
+        leaks = [
+            seen["text"][max(0, m.start() - 40) : m.end() + 20] for m in LEAK.finditer(seen["text"])
+        ]
+        assert leaks == [], (where, leaks)
+        assert seen["hrefs"] and seen["broken_links"] == [], (where, seen["broken_links"])
+        if page.name == "report.html":
+            assert seen["lines"] >= 2, where  # at least the act and a pod's signal
+            assert f"file://{session}/index.html" in seen["hrefs"], where  # back
+        if page.name == "index.html":
+            assert f"file://{reports}/history.html" in seen["hrefs"]
+    # scale_to_zero's close-up spans the act to the last replica's removal
+    run = next(session.glob("test_scale_to_zero/summary.json")).parent
+    t_act = json.loads((run / "summary.json").read_text())["t_act"]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    removed = max(e["t"] for e in events if e["kind"] == "pod_removed" and e["t"] > t_act)
+    assert removed - t_act > 10  # the scaler's idle time: well after the act
+    zoom = browser_check(run / "report.html", tmp_path / "zoom.png", "review")["zoom"]
+    lo, hi = map(float, re.findall(r"([-+][\d.]+) s", zoom))
+    assert lo <= 0 and hi >= removed - t_act, (zoom, removed - t_act)
 
 
 def test_a_drain_as_long_as_the_answer_survives_a_blind_scale_down(tmp_path):
