@@ -69,3 +69,37 @@ def test_locust_is_ended_when_its_master_or_a_worker_died_first(sim_factory, tmp
         run.close()
     time.sleep(0.3)
     assert [p for pid in leaders for p in group(pid)] == []
+
+
+def test_nginx_and_its_workers_end_when_the_harness_itself_is_killed(tmp_path):
+    """The harness SIGKILLed mid-run (a CI job's timeout, an OOM kill): its gateway's
+    master and workers go too, and the port is free. With SIGKILL as the master's
+    parent-death signal, the workers (the master's children) stayed, listening."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from harness.cluster.local.nginx import Nginx\n"
+        f"gw = Nginx(Path({str(tmp_path)!r}), {port}, 0.0, 60)\n"
+        "gw.start()\n"
+        "print(gw.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    try:
+        leader = int(harness.stdout.readline())
+        assert len(group(leader)) >= 2  # the master and its workers
+    finally:
+        harness.kill()
+        harness.wait(10)
+    deadline = time.monotonic() + 10
+    while group(leader) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group(leader) == [], "nginx outlived the harness that started it"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))

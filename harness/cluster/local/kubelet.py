@@ -38,11 +38,18 @@ except OSError:
     _LIBC = None
 
 
-def die_with_parent() -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """preexec_fn: if the thread that started the child dies (the harness was killed),
-    the child gets SIGKILL instead of living on as an orphan (Linux)."""
+    the child gets `sig` (SIGKILL) instead of living on as an orphan (Linux)."""
     if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _LIBC.prctl(PR_SET_PDEATHSIG, sig)
+
+
+def stop_with_parent() -> None:
+    """preexec_fn for a master that forks workers (nginx): SIGTERM when the harness dies,
+    so that the master ends its workers as it exits. A SIGKILLed master leaves them
+    running, holding its listening socket (they are its children, not the harness's)."""
+    die_with_parent(signal.SIGTERM)
 
 
 @dataclass

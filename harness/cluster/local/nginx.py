@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from harness.client import UPSTREAM_HEADER
-from harness.cluster.local.kubelet import die_with_parent
+from harness.cluster.local.kubelet import stop_with_parent
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
 from harness.proc import children, cmdline, kill_group
@@ -122,7 +122,7 @@ class Nginx:
             stdout=subprocess.DEVNULL,
             stderr=open_append(self.dir / "stderr.log", binary=True, truncate=True),
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=stop_with_parent,
         )
         # nginx writes its pid once it listens and handles signals (a SIGHUP before
         # that kills it). `nginx -t` leaves an empty pid file: wait for the number.
