@@ -743,6 +743,7 @@ MAX_KUBE_LOCAL_NODES = 8  # a bridge and a pod subnet each; more only slow the m
 
 
 def _run_kube_local(ns: argparse.Namespace) -> int:
+    import json as _json
 
     from harness.cluster.kubelocal import (
         ControlPlaneError,
@@ -768,6 +769,9 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
             kl.apply(path, ns.namespace)
         print(f"kubeconfig: {kl.kubeconfig.resolve()}", flush=True)
         print(f"  export KUBECONFIG={kl.kubeconfig.resolve()}", flush=True)
+        # pod_kill's SIGKILL through the nodes' containerd (kube.kill_command)
+        kill = _json.dumps(kl.kill_command())
+        print(f"pod_kill: --set 'kube.kill_command={kill}'", flush=True)
         if kl.scalers is not None:
             print(
                 f"prometheus: {kl.scalers.prometheus_url} (KEDA's triggers' serverAddress)",

@@ -251,6 +251,10 @@ class ScenarioTiming:
             raise ValueError(f"kill_signal: {self.kill_signal!r} is not a signal name like SIGKILL")
 
 
+# what kube.kill_command's items may name
+KILL_FIELDS = dict.fromkeys(("namespace", "pod", "container", "container_id", "node", "signal"), "")
+
+
 @dataclass
 class Kube:
     kubeconfig: str | None = None
@@ -289,8 +293,29 @@ class Kube:
     # stream no gateway log traces is traced by the pod whose engine logged its id (vLLM's
     # --enable-log-requests): auto (when no gateway log is given), always, never
     engine_logs: str = "auto"
+    # how pod_kill kills an engine on a cluster. command: kube.kill_command, run on this
+    # machine, SIGKILLs the engine container's process through its node's runtime (as
+    # Chaos Mesh's container-kill does); the kubelet restarts it in place. delete: a
+    # deletion with grace 0, which the kubelet turns into SIGTERM and, 2 s later,
+    # SIGKILL: a 2 s drain, not a kill (named so in the report)
+    pod_kill: str = "command"
+    # argv, each item formatted with {namespace} {pod} {container} {container_id} (the
+    # runtime's id, without "containerd://") {node} {signal} (SIGKILL); e.g. a command
+    # that runs `crictl stop --timeout 0 {container_id}` on {node}. `rollcheck
+    # kube-local` prints its own. Unset with pod_kill: command, pod_kill is SKIPPED.
+    kill_command: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
+        if self.pod_kill not in ("command", "delete"):
+            raise ValueError("kube.pod_kill must be command or delete")
+        for arg in self.kill_command:
+            try:
+                arg.format(**KILL_FIELDS)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(
+                    f"kube.kill_command: {arg!r} names {exc}; the fields are "
+                    + ", ".join("{" + k + "}" for k in KILL_FIELDS)
+                ) from None
         if self.engine_logs not in ("auto", "always", "never"):
             raise ValueError("kube.engine_logs must be auto, always or never")
         if self.scaler not in ("cluster", "harness"):

@@ -315,10 +315,12 @@ def test_the_base_role_alone_skips_a_node_drain_and_a_pod_kill_with_one_line_eac
         "kube.allow_node_drain=true",
         "replicas=2",
     ]
-    # a pod kill needs delete on pods: SKIPPED when the target starts, nothing touched
-    assert refused(base, tmp_path / "kill", "pod_kill", CannotRun) == [
-        f"RBAC: not allowed to delete pods in namespace {namespace}: killing a pod (grace 0) "
-        "(needed by pod_kill); grant it with the chart's Role (charts/rollcheck)"
+    # a pod kill by deletion needs delete on pods: SKIPPED when the target starts, nothing
+    # touched (a kill by kube.kill_command needs no verb of the API)
+    assert refused([*base, "kube.pod_kill=delete"], tmp_path / "kill", "pod_kill", CannotRun) == [
+        f"RBAC: not allowed to delete pods in namespace {namespace}: killing a pod by "
+        "deleting it (grace 0) (needed by pod_kill with kube.pod_kill: delete); grant it "
+        "with the chart's Role (charts/rollcheck)"
     ]
     # a node drain: the target starts (the base Role covers it), and the scenario is
     # SKIPPED before it acts, with the one line that names the chart's value

@@ -32,12 +32,12 @@ from tests.scenario_runs import check_exit, run_scenarios
 def deployed(kube_local, namespace):
     """deploy/sim (opted in) in a fresh namespace, served by an ingress."""
 
-    def make(replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck"):
-        objs = sim_objects(replicas=replicas, pdb_min=pdb_min)
+    def make(replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck", args=(), ready_s=60):
+        objs = sim_objects(replicas=replicas, pdb_min=pdb_min, args=list(args))
         if not opt_in:
             del objs[0]["metadata"]["labels"][OPT_IN]
         kube_local.apply_objects(objs, namespace)
-        wait_for(lambda: len(ready_pods(kube_local, namespace)) == replicas, 60, "ready pods")
+        wait_for(lambda: len(ready_pods(kube_local, namespace)) == replicas, ready_s, "ready pods")
         # The Deployment controller writes the Deployment's status after the ReplicaSet's,
         # which follows the pods' readiness: a test reading its resourceVersion to show
         # the harness left it alone reads it once that last write is in.
@@ -529,6 +529,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     cmd += [f"--set=kube.namespace={namespace}", "--set=kube.deployment=rollcheck-sim"]
     cmd += [f"--set=kube.gateway_url={ingress.url}"]
     cmd += [f"--kubeconfig={kube_local.kubeconfig}", "-k", EVERY_SCENARIO, "-q", "-rs"]
+    cmd += ["--set", kill_command(kube_local)]  # pod_kill's SIGKILL (the chart's night has none)
     # no scaler runs on this kube-local: rollcheck plays it (test_scalers.py runs KEDA)
     cmd += ["--set", "kube.scaler=harness"]
     for s in GPU_PROFILE_SCALED_DOWN:
@@ -857,28 +858,103 @@ def test_pods_log_reaches_the_kubelet_and_follows_the_ingress_log(kube_local, na
     assert exc.value.status == 404
 
 
-def test_a_pod_kill_counts_once_the_cluster_shows_the_pod_gone_and_a_replacement_serving(
-    kube_local, namespace, deployed, tmp_path
-):
-    """On a cluster the kill is a force delete: it took effect when the watch shows the
-    pod removed, and recovery runs until a pod the ReplicaSet made after it is ready
-    and has served a complete stream (not a view of the pods from before the kill)."""
-    ingress = deployed()
+def kill_command(kube_local) -> str:
+    """--set for pod_kill's SIGKILL through kube-local's nodes (`rollcheck kube-local`
+    prints the same)."""
+    return "kube.kill_command=" + json.dumps(kube_local.kill_command())
+
+
+def run_pod_kill(kube_local, namespace, ingress, folder: Path, *sets: str):
+    logs = f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]"
     r, (summary,) = run_scenarios(
-        tmp_path / "reports",
+        folder,
         "pod_kill",
         f"kube.namespace={namespace}",
         "replicas=2",
         f"kube.gateway_url={ingress.url}",
-        "scenario.recovery_s=60",
+        logs,
+        "load.max_tokens=[{tokens: 200}]",  # 4 s answers: surely in flight at the kill
         KUBE_LOCAL_TTFT,
+        *sets,
         options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
     )
-    events = [
-        json.loads(line)
-        for line in (Path(summary["report"]).parent / "events.jsonl").read_text().splitlines()
-    ]
+    run = Path(summary["report"]).parent
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     acts = {e["detail"].get("action"): e for e in events if e["kind"] == "action"}
+    return r, summary, events, records, acts
+
+
+def not_passing(summary) -> list:
+    return [
+        (c["name"], c["status"], c.get("observed"))
+        for c in summary["checks"]
+        if c["status"] != "pass"
+    ]
+
+
+def test_a_pod_kill_is_a_sigkill_of_the_engine_container_confirmed_by_its_status(
+    kube_local, namespace, deployed, tmp_path
+):
+    """pod_kill on real kubelets SIGKILLs the engine container's process through its
+    node's containerd (kube.kill_command), not a deletion: the killed container's streams
+    in flight end broken within a second, the kill counts once the container's own status
+    shows it exited with 137, the kubelet restarts it in place, and the run PASSes when
+    the restarted container has served. (A deletion with grace 0 was a 2 s drain: the
+    victim's streams finished, and the run had no evidence.)"""
+    ingress = deployed()
+    r, summary, events, records, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", kill_command(kube_local),
+        "scenario.recovery_s=60",
+    )  # fmt: skip
+    assert summary["verdict"] == "pass", (not_passing(summary), r.stdout[-2000:])
+    kill, seen = acts["kill"], acts["kill_seen"]
+    victim = kill["pod"]
+    assert kill["detail"]["by"] == "kube.kill_command" and kill["detail"]["signal"] == "SIGKILL"
+    assert seen["detail"]["evidence"] == "exited"  # the container's status, not a deletion
+    exited = next(e for e in events if e["kind"] == "exited" and e["pod"] == victim)
+    assert exited["detail"]["code"] == 137 and exited["detail"]["restarts"] >= 1, exited
+    assert not any(e["kind"] == "pod_removed" and e["pod"] == victim for e in events)
+    assert acts["replacement_served"]["pod"] == victim  # restarted in place, and serving
+    cut = [
+        x
+        for x in records
+        if x["pod"] == victim and x["sent_at"] < kill["t"] < x["sent_at"] + x["duration_s"]
+    ]
+    assert cut, "no stream was in flight on the victim at the kill"
+    for x in cut:
+        assert x["outcome"] not in ("complete", "hung"), x
+        assert x["sent_at"] + x["duration_s"] - kill["t"] < 1.0, x  # at once, not drained
+
+
+def test_a_pod_kill_fails_a_deployment_whose_engine_restarts_slower_than_the_recovery_budget(
+    kube_local, namespace, deployed, tmp_path
+):
+    """The same kill of an engine that takes 20 s to load its weights again, against a
+    recovery budget of 10 s: FAIL on recovery_time, naming the replacement that never
+    served in time."""
+    ingress = deployed(args=["--startup-s", "20"], ready_s=90)
+    r, summary, *_ = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", kill_command(kube_local),
+        "scenario.recovery_s=10",
+    )  # fmt: skip
+    assert summary["verdict"] == "fail", (not_passing(summary), r.stdout[-2000:])
+    failed = {c["name"] for c in summary["checks"] if c["status"] == "fail"}
+    assert "recovery_time" in failed, not_passing(summary)
+
+
+def test_a_pod_kill_by_deletion_is_named_a_2_s_drain_and_counts_once_the_pod_is_gone(
+    kube_local, namespace, deployed, tmp_path
+):
+    """kube.pod_kill: delete, for a cluster that allows no kill command: the pod deleted
+    with grace 0, named for what the kubelet makes of it, counted when the watch shows the
+    pod removed, and recovered when a pod the ReplicaSet made after it has served."""
+    ingress = deployed()
+    r, summary, events, _, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", "kube.pod_kill=delete",
+        "scenario.recovery_s=60",
+    )  # fmt: skip
+    assert "2 s drain" in acts["kill"]["detail"]["by"], acts["kill"]
     assert acts["kill_seen"]["detail"]["evidence"] == "pod_removed", r.stdout[-2000:]
     served = acts["replacement_served"]
     assert served["pod"] != acts["kill"]["pod"] and served["t"] > acts["kill_seen"]["t"]
@@ -887,6 +963,23 @@ def test_a_pod_kill_counts_once_the_cluster_shows_the_pod_gone_and_a_replacement
     (recovery,) = [c for c in summary["checks"] if c["name"] == "recovery_time"]
     took = float(recovery["observed"].split()[0])
     assert took >= created["t"] - acts["kill"]["t"]  # no recovery before the replacement
+
+
+def test_pod_kill_without_a_kill_command_is_skipped_with_the_means_it_needs(
+    kube_local, namespace, deployed, tmp_path
+):
+    ingress = deployed()
+    before = deployment(kube_local, namespace).metadata.resource_version
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "pod_kill",
+        f"kube.namespace={namespace}",
+        f"kube.gateway_url={ingress.url}",
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}", "-rs"),
+    )
+    assert summary["verdict"] == "skipped", summary
+    assert "set kube.kill_command" in summary["reason"] and "2 s drain" in summary["reason"]
+    assert deployment(kube_local, namespace).metadata.resource_version == before  # untouched
 
 
 def test_a_canary_that_would_restart_the_baselines_image_is_a_config_error(

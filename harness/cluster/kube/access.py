@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 EVERY = None  # the row is needed by every scenario
+DELETE_KILL = "pod_kill with kube.pod_kill: delete"  # a kill by kube.kill_command needs none
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ PERMISSIONS = [
     Permission("list", "scaledobjects", "keda.sh", uses="the Deployment's own KEDA scaler"),
     Permission("list", "events", uses="the cluster's events on the timeline"),
     Permission("watch", "events", uses="the cluster's events on the timeline"),
-    Permission("delete", "pods", uses="killing a pod (grace 0)", kinds=_kinds("pod_kill")),
+    Permission(
+        "delete", "pods", uses="killing a pod by deleting it (grace 0)", kinds=_kinds(DELETE_KILL)
+    ),
     Permission("create", "pods", sub="eviction", uses="evicting a pod", kinds=_kinds("drain")),
     Permission("patch", "pods", uses="pod-deletion-cost of the victim", kinds=_kinds("scale_down")),
 ]
@@ -88,12 +91,20 @@ def line(p: Permission, namespace: str) -> str:
     )
 
 
-def missing(allowed, kind: str | None) -> tuple[list[Permission], list[Permission]] | None:
-    """(rows every scenario needs, rows this kind needs) that `allowed(p)` refuses; None
+def kinds_of(kind: str | None, pod_kill: str = "command") -> set[str]:
+    """The kinds a scenario's rows are listed under: its own, and how it acts."""
+    out = {kind} if kind else set()
+    if kind == "pod_kill" and pod_kill == "delete":
+        out.add(DELETE_KILL)
+    return out
+
+
+def missing(allowed, kinds: set[str]) -> tuple[list[Permission], list[Permission]] | None:
+    """(rows every scenario needs, rows these kinds need) that `allowed(p)` refuses; None
     when the cluster does not answer access reviews (find out when acting)."""
     base, own = [], []
     for p in PERMISSIONS:
-        if p.kinds is not EVERY and kind not in p.kinds:
+        if p.kinds is not EVERY and not kinds & p.kinds:
             continue
         ok = allowed(p)
         if ok is None:

@@ -4,6 +4,7 @@ of the replica count to the workload's own scalers."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -37,6 +38,7 @@ from harness.waits import wait_until
 # that is not below it (HTTP 422, measured on kube-local)
 DEFAULT_PROGRESS_DEADLINE_S = 600
 CANARY_POD_S = 60.0  # the longest the controller may take to make the candidate's pod
+KILL_COMMAND_S = 30.0  # the longest kube.kill_command may run
 
 
 class Actions:
@@ -306,14 +308,55 @@ class Actions:
         return removal_reason(name, [self.c.api.sanitize_for_serialization(p) for p in pods])
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
-        self.check_own_pod(name)
-        self.c.action("kill", pod=name, signal=signal.Signals(sig).name)
-        if sig != signal.SIGKILL:
+        """pod_kill's act: the engine container's process SIGKILLed by kube.kill_command
+        (the kubelet restarts it in place: the watch sees it exit, code 137), or, with
+        kube.pod_kill: delete, the pod deleted with grace 0 (the kubelet's 2 s drain)."""
+        view = self.check_own_pod(name)
+        k = self.c.cfg.kube
+        sig_name = signal.Signals(sig).name
+        if k.pod_kill == "delete":
+            if sig != signal.SIGKILL:
+                raise TargetError(
+                    f"kube.pod_kill: delete deletes the pod; {sig_name} needs kube.pod_kill: "
+                    "command and a kube.kill_command that sends {signal}"
+                )
+            self.c.action("kill", pod=name, by="delete, grace 0: the kubelet's 2 s drain")
+            self._delete(name, 0)
+            return
+        if sig != signal.SIGKILL and not any("{signal}" in a for a in k.kill_command):
+            raise TargetError(f"kube.kill_command does not name {{signal}}: cannot send {sig_name}")
+        container, container_id = self._engine_container(name)
+        fields = dict(
+            namespace=self.c.ns,
+            pod=name,
+            container=container,
+            container_id=container_id,
+            node=view.node or "",
+            signal=sig_name,
+        )
+        argv = [a.format(**fields) for a in k.kill_command]
+        self.c.action(
+            "kill", pod=name, signal=sig_name, container=container, by="kube.kill_command"
+        )
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=KILL_COMMAND_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TargetError(f"kube.kill_command ({argv[0]}) did not run: {exc}") from None
+        if r.returncode != 0:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
             raise TargetError(
-                f"only SIGKILL is supported on the kube target (force delete); "
-                f"{signal.Signals(sig).name} would need exec into the container"
+                f"kube.kill_command exited {r.returncode} killing {name}/{container}: {tail[0]}"
             )
-        self._delete(name, 0)
+
+    def _engine_container(self, name: str) -> tuple[str, str]:
+        """The engine container's name and its runtime's id ("containerd://" cut off),
+        from the pod's status as the watch last saw it: a kill needs it running."""
+        pod = self.s.pod(name)
+        statuses = (pod.status.container_statuses or []) if pod is not None else []
+        mine = [c for c in statuses if c.name == self.s.engine] or statuses[:1]
+        if not mine or not mine[0].container_id or mine[0].state.running is None:
+            raise TargetError(f"the engine container of {name} is not running: nothing to kill")
+        return mine[0].name, mine[0].container_id.split("://", 1)[-1]
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self.check_own_pod(name)

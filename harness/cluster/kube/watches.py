@@ -101,6 +101,29 @@ def _version(pod, engine: str | None) -> str:
     return labels.get("version") or engine_of(pod.spec, engine).image.rsplit(":", 1)[-1]
 
 
+def _termination(pod, engine: str | None) -> dict | None:
+    """The engine container's last exit as its status shows it (its state terminated, or
+    its last state once the kubelet restarted it): exit code, reason (OOMKilled, Error),
+    finish time and restart count; the same exit reads the same either way, so that the
+    watch reports it once. None before it ever exited."""
+    statuses = pod.status.container_statuses or []
+    mine = [c for c in statuses if c.name == engine] or statuses[:1]
+    if not mine:
+        return None
+    c = mine[0]
+    term = (c.state.terminated if c.state else None) or (
+        c.last_state.terminated if c.last_state else None
+    )
+    if term is None:
+        return None
+    return {
+        "code": term.exit_code,
+        "reason": term.reason,
+        "finished": term.finished_at.isoformat() if term.finished_at else None,
+        "container_id": (term.container_id or "").split("://", 1)[-1][:12],
+    }
+
+
 def _restarts(pod, engine: str | None) -> int:
     """The engine container's restarts (a sidecar's restart is not the engine's)."""
     statuses = pod.status.container_statuses or []
@@ -230,10 +253,10 @@ class Watches:
                 t=start + min(prestop, grace),
                 estimated=True,
             )
-        restarts = _restarts(pod, self.s.engine)
-        old_restarts = _restarts(old, self.s.engine) if old else restarts
-        if restarts > old_restarts:
-            emit("exited", pod=name, node=node, version=version, restarts=restarts)
+        ended = _termination(pod, self.s.engine)
+        if ended is not None and old is not None and _termination(old, self.s.engine) != ended:
+            restarts = _restarts(pod, self.s.engine)
+            emit("exited", pod=name, node=node, version=version, restarts=restarts, **ended)
         self._capacity_event()
 
     def _capacity_event(self) -> None:

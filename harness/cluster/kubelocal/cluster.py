@@ -4,6 +4,7 @@ EndpointSlices: Kubernetes end to end, on this machine."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import urllib.parse
@@ -155,6 +156,14 @@ class KubeLocal:
     @property
     def kubeconfig(self) -> Path:
         return self.control_plane.kubeconfig
+
+    def kill_command(self) -> list[str]:
+        """kube.kill_command for this cluster: the engine container's process signalled
+        through its node's containerd (harness/cluster/kubelocal/kill.py)."""
+        return [
+            sys.executable, "-m", "harness.cluster.kubelocal.kill", str(self.run_dir / "nodes"),
+            "{node}", "{container_id}", "{signal}",
+        ]  # fmt: skip
 
     def start(self) -> KubeLocal:
         try:

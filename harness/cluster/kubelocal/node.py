@@ -267,6 +267,13 @@ def _claim_index(wanted: int) -> int:
 
 
 # --- the node ----------------------------------------------------------------------
+def sockets_of(folder: Path) -> Path:
+    """A node's containerd sockets: a short path (a socket's path has at most 107 bytes,
+    and run folders under pytest's tmp_path are long), named after the node's folder."""
+    digest = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:12]
+    return SOCKETS / digest
+
+
 class Node:
     def __init__(
         self,
@@ -300,14 +307,18 @@ class Node:
 
     @property
     def sockets(self) -> Path:
-        """containerd's sockets: a short path (a socket's path has at most 107 bytes, and
-        run folders under pytest's tmp_path are long), named after the node's folder."""
-        digest = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:12]
-        return SOCKETS / digest
+        return sockets_of(self.dir)
 
     @property
     def socket(self) -> Path:
         return self.sockets / "containerd.sock"
+
+    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> None:
+        """Signal a container's process through this node's containerd, as Chaos Mesh's
+        container-kill does through its daemon: the kubelet sees it exit and restarts
+        it (kube.kill_command on kube-local, KubeLocal.kill_command)."""
+        _run("ctr", "--address", str(self.socket), "-n", "k8s.io", "task", "kill", "-s", sig,
+             container_id)  # fmt: skip
 
     def start_network(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
