@@ -913,7 +913,7 @@ def test_a_pod_kill_is_a_sigkill_of_the_engine_container_confirmed_by_its_status
     assert kill["detail"]["by"] == "kube.kill_command" and kill["detail"]["signal"] == "SIGKILL"
     assert seen["detail"]["evidence"] == "exited"  # the container's status, not a deletion
     exited = next(e for e in events if e["kind"] == "exited" and e["pod"] == victim)
-    assert exited["detail"]["code"] == 137 and exited["detail"]["restarts"] >= 1, exited
+    assert exited["detail"]["code"] == 137, exited  # SIGKILL, seen before its restart
     assert not any(e["kind"] == "pod_removed" and e["pod"] == victim for e in events)
     assert acts["replacement_served"]["pod"] == victim  # restarted in place, and serving
     cut = [
