@@ -58,6 +58,7 @@ __all__ = [
     "no_abort_after_sigterm",
     "no_broken_streams",
     "no_hung_streams",
+    "oom_killed_once",
     "other_pods_untouched",
     "recovery_time",
     "rollout_duration_for",
@@ -450,7 +451,7 @@ def _slo_hint(kind: str, d: RunData) -> str:
             "pod's load (requests wait behind max_num_seqs); keep a spare replica "
             "(PDB minAvailable above the load's need)"
         )
-    if {"kill", "delete"} & acts:
+    if {"kill", "delete", "oom_request"} & acts:
         return (
             "TTFT over its budget after a pod was lost: the surviving replicas queued its load "
             "until the replacement was ready (start-up time); keep a spare replica for the "
@@ -718,6 +719,49 @@ def killed_streams_fail_fast(d: RunData) -> CheckResult:
     return passed(
         name, observed=f"0 of {len(killed)} slow", expected=expected, population=population
     )
+
+
+def oom_killed_once(d: RunData) -> CheckResult:
+    """oom_kill: the act's request ended the victim's engine with OOMKilled (the kill
+    confirmed by the container's own reason), and nothing was OOMKilled after it: a
+    restarted engine killed again, or another replica, means the load itself crosses
+    the memory limit, a crash loop no single request explains."""
+    name = "oom_killed_once"
+    expected = "one OOMKill (the act's request), none after it"
+    if not d.victims or d.t_act is None:
+        return inconclusive(name, expected=expected, reason="no request was sent to exhaust memory")
+    since = d.t_start if d.t_start is not None else d.t_act  # the load's, before the act too
+    exits = [e for e in d.events if e.kind == "exited" and e.t >= since]
+    ooms = [e for e in exits if e.detail.get("reason") == "OOMKilled"]
+    first = next((e for e in ooms if e.pod in d.victims and e.t >= d.t_act), None)
+    if first is None:
+        other = next((e for e in exits if e.pod in d.victims), None)
+        why = (
+            f"{other.pod}'s engine exited with code {other.detail.get('code')}, not OOMKilled"
+            if other is not None
+            else f"{', '.join(d.victims)} held the request: its memory limit is above what "
+            "scenario.oom_context_tokens asks (raise it), or no limit is set"
+        )
+        return inconclusive(name, expected=expected, reason=why)
+    code = first.detail.get("code")
+    restarts = first.detail.get("restarts")
+    observed = f"OOMKilled {first.pod} at {first.t - d.t_act:+.2f} s (exit {code}"
+    observed += f", restarts {restarts})" if restarts is not None else ")"
+    later = [e for e in ooms if e is not first]
+    population = f"{len(exits)} engine exits while the load ran"
+    if later:
+        pods = ", ".join(dict.fromkeys(e.pod for e in later))
+        return failed(
+            name,
+            observed=f"{observed}; and {len(later)} more OOMKills under the load ({pods})",
+            expected=expected,
+            population=population,
+            hint="the load alone crosses the containers' memory limit, so the replacements "
+            "are killed again (a crash loop): raise resources.limits.memory above the "
+            "engine's working set at this load, or cap what it admits (max_num_seqs, "
+            "max_model_len) so that it refuses what it cannot hold",
+        )
+    return passed(name, observed=observed, expected=expected, population=population)
 
 
 def other_pods_untouched(d: RunData) -> CheckResult:

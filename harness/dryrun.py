@@ -184,6 +184,10 @@ class DryRunTarget(Target):
         self._own(name)
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
 
+    def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
+        self._own(name)
+        self.action("oom_request", pod=name, context_tokens=context_tokens)
+
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._own(name)
         self.action("delete", pod=name, grace_s=grace_s)

@@ -149,7 +149,7 @@ def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
             ),
             part("recovery", startup + drain, ceiling),
         ]
-    if kind == "pod_kill":
+    if kind in ("pod_kill", "oom_kill"):
         return [
             victim,
             part("the kill to show", 1.0, t.recovery_s),

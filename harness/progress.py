@@ -86,7 +86,14 @@ ACTION_LINES: dict[str, Callable] = {
     "scale_down": lambda e, d: f"act: scaling down, removing {_pod(e)}",
     "autoscaler": lambda e, d: f"act: the autoscaler set to {d.get('policy', d)}",
     "load_step": lambda e, d: f"act: load step to {d.get('users')} users",
-    "kill_seen": lambda e, d: f"the kill of {_pod(e)} took effect ({d.get('evidence')})",
+    "oom_request": lambda e, d: (
+        f"act: a request of {d.get('context_tokens')} tokens of context to {_pod(e)}"
+    ),
+    "kill_seen": lambda e, d: (
+        f"the kill of {_pod(e)} took effect ({d.get('evidence')}"
+        + (f", {d['reason']}" if d.get("reason") else "")
+        + ")"
+    ),
     "recovered": lambda e, d: f"recovered: {d.get('replicas')} replicas ready and served",
     "not_recovered": lambda e, d: f"not recovered: {d.get('why')}",
     "replacement_served": lambda e, d: f"replacement {_pod(e)} served a complete stream",

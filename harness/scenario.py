@@ -236,15 +236,22 @@ class Scenario:
         running = ", ".join(f"{n} on {p}" for p, n in self.victim_in_flight.items())
         self.progress.phase(f"victim chosen: streams running {running} (the engine's gauge)")
 
-    def kill(self, pod: str) -> None:
-        """Kill the pod's engine (scenario.kill_signal), and wait until the target shows it
-        took effect: the engine exited (the kubelet restarts it), was killed by its
-        liveness probe (a frozen one), or the pod was removed. Not seen within
-        scenario.recovery_s, the run stops there (INCONCLUSIVE, or FAIL if a stream broke)."""
+    def kill(self, pod: str, by: str = "signal") -> None:
+        """Kill the pod's engine, and wait until the target shows it took effect: the
+        engine exited (the kubelet restarts it), was killed by its liveness probe (a
+        frozen one), or the pod was removed. by: signal (scenario.kill_signal, pod_kill)
+        or memory (a request whose context the container's memory limit cannot hold,
+        oom_kill: the kernel kills it). Not seen within scenario.recovery_s, the run
+        stops there (INCONCLUSIVE, or FAIL if a stream broke)."""
         before = next((p for p in self.target.pods() if p.name == pod), None)
         self._restarts_at_kill = before.restarts if before is not None else 0
         t_kill = time.time()
-        self.target.kill_pod(pod, self.kill_signal)
+        if by == "memory":
+            self.target.exhaust_memory(
+                pod, self.cfg.scenario.oom_context_tokens, self.cfg.load.model
+            )
+        else:
+            self.target.kill_pod(pod, self.kill_signal)
 
         def dead():
             evidence = self.target.events()
@@ -260,13 +267,19 @@ class Scenario:
         timeout = self.cfg.scenario.recovery_s
         seen = self.wait_for(dead, timeout, f"the kill of {pod} to show")
         if seen is None:
+            how = (
+                f"a request of {self.cfg.scenario.oom_context_tokens} tokens of context"
+                if by == "memory"
+                else self.cfg.scenario.kill_signal
+            )
             self.inconclusive(
-                f"the kill of {pod} ({self.cfg.scenario.kill_signal}) was not seen to take "
-                f"effect within scenario.recovery_s ({timeout:g} s): the target showed no exit, "
-                "restart or removal of its engine",
+                f"the kill of {pod} ({how}) was not seen to take effect within "
+                f"scenario.recovery_s ({timeout:g} s): the target showed no exit, restart or "
+                "removal of its engine",
                 stage="disruption",
             )
-        self.target.action("kill_seen", pod=pod, evidence=seen.kind, t=seen.t)
+        said = {k: seen.detail[k] for k in ("code", "reason") if seen.detail.get(k) is not None}
+        self.target.action("kill_seen", pod=pod, evidence=seen.kind, t=seen.t, **said)
 
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""

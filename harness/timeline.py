@@ -23,6 +23,7 @@ DISRUPTIVE_ACTIONS = {
     "scale",
     "scale_down",
     "kill",
+    "oom_request",
     "delete",
     "autoscaler",
     "load_step",

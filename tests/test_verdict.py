@@ -828,3 +828,27 @@ def test_slo_offenders_are_listed_worst_first_for_itl_as_for_ttft():
     assert status(r) == "fail" and r.requests == ["d1", "d2", "d0"]
     ttft = C.ttft_slo_budget(data([rec("x", sent=T + 1, ttft=2.0), rec("y", sent=T + 1, ttft=3.0)]))
     assert ttft.requests == ["y", "x"]
+
+
+def test_oom_killed_once_confirms_the_act_and_fails_a_load_that_crosses_the_limit():
+    oom = dict(code=137, reason="OOMKilled")
+    act = [ev(T, "action", action="oom_request", context_tokens=400000)]
+    kw = dict(victims=["p1"], expect_broken_on_victims=True)
+    records = [rec("a", sent=T - 3, dur=1)]
+    r = C.oom_killed_once(
+        data(records, act + [ev(T + 0.3, "exited", "p1", restarts=1, **oom)], **kw)
+    )
+    assert status(r) == "pass" and r.observed == "OOMKilled p1 at +0.30 s (exit 137, restarts 1)"
+    # the restarted engine, or another, OOMKilled again: the load itself crosses the limit
+    again = [ev(T + 0.3, "exited", "p1", **oom), ev(T + 4, "exited", "p2", **oom)]
+    r = C.oom_killed_once(data(records, act + again, **kw))
+    assert status(r) == "fail" and "1 more OOMKills under the load (p2)" in r.observed
+    assert "crash loop" in r.hint and "max_num_seqs" in r.hint
+    # one before the act counts too (the load crossed it first)
+    early = [ev(T - 2, "exited", "p3", **oom), ev(T + 0.3, "exited", "p1", **oom)]
+    assert status(C.oom_killed_once(data(records, act + early, **kw))) == "fail"
+    # the engine exited otherwise, or held the request: no evidence of an OOMKill
+    other = C.oom_killed_once(data(records, act + [ev(T + 0.3, "exited", "p1", code=3)], **kw))
+    assert status(other) == "inconclusive" and "code 3, not OOMKilled" in other.reason
+    held = C.oom_killed_once(data(records, act, **kw))
+    assert status(held) == "inconclusive" and "held the request" in held.reason

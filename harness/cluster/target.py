@@ -310,6 +310,27 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None: ...
 
+    def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
+        """oom_kill's act: one request to the pod's engine itself (not the gateway) with
+        a context its container's memory limit cannot hold, from a thread of its own (the
+        kill cuts its answer, which nobody waits for); the kernel's OOM killer, or the
+        local kubelet at the limit, ends the engine."""
+        import threading
+
+        from harness.calibration import warm_up
+
+        url, settings = self.pod_endpoint(name)
+        key = None if "headers" in settings else self.auth_headers()
+        self.action("oom_request", pod=name, context_tokens=context_tokens)
+
+        def send() -> None:
+            try:
+                warm_up(url, model, 1, settings, key, context_tokens)
+            except Exception:  # the answer is the kill's to cut: its end says nothing
+                pass
+
+        threading.Thread(target=send, name="oom-request", daemon=True).start()
+
     @abc.abstractmethod
     def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...
 

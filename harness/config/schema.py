@@ -31,6 +31,10 @@ class EngineSettings(SimSettings):
 
     kind: str = "sim"
     real_model: str = "slow"  # vllm: tiny (about 1 ms a token) or slow (about 13-60 ms)
+    # the local simulators hold 1 MB of host memory per 1000 tokens of context in flight:
+    # the load's streams hold well under 1 MB each, oom_kill's request 400 MB, above the
+    # local pods' 256 MB limit (pod.memory_limit_mb)
+    memory_mb_per_1k_tokens: float = 1.0
 
     def validate(self) -> None:
         super().validate()
@@ -50,6 +54,7 @@ REAL_ENGINE_DEFAULTS = {
     "pod": {
         "prestop_s": 1.0,
         "termination_grace_s": 60,  # > preStop + shutdown_timeout_s
+        "memory_limit_mb": None,  # real vLLM on CPU holds about 4.5 GB
         # the kubelet's bound on a start: as generous as the harness's own ceiling, so a
         # slow start on a busy machine is not restarted (a stuck one stops logging)
         "startup_probe": {"period_s": 1.0, "failure_threshold": 1200},
@@ -99,6 +104,11 @@ class PodSettings:
     readiness_probe: Probe = field(default_factory=lambda: Probe(0.2, 1))
     liveness_probe: Probe | None = field(default_factory=lambda: Probe(1.0, 3))
     restart_backoff_s: float = 0.5
+    # the container's memory limit (resources.limits.memory): the local kubelet kills the
+    # engine when its resident memory crosses it, as the kernel's OOM killer would
+    # (SIGKILL, exit 137, reason OOMKilled), and restarts it. None: no limit. A simulator
+    # holds about 40 MB and its streams' context (engine.memory_mb_per_1k_tokens)
+    memory_limit_mb: float | None = 256.0
 
 
 @dataclass
@@ -232,6 +242,10 @@ class ScenarioTiming:
     # the run is inconclusive (a node drain retries each of its pods this long)
     eviction_retry_s: float = 30.0
     kill_signal: str = "SIGKILL"  # pod_kill: SIGKILL (OOM, crash) or SIGSTOP (a frozen node)
+    # oom_kill: the context (prompt tokens) of the one request sent to the victim's engine
+    # directly, which its memory limit must not hold (the simulator holds
+    # memory_mb_per_1k_tokens for each 1000)
+    oom_context_tokens: int = 400_000
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
     # how long the scaler takes to see a change (its metrics scrape and its polling): scale_up

@@ -815,6 +815,7 @@ class StreamAnswer:
         self.admitted = False
         self.role_sent = False
         self.rode_last = False  # the last token's chunk carried the finish_reason
+        self.held = b""  # the context's memory while in flight (memory_mb_per_1k_tokens)
         self._decode: Decode | None = None
         # A mid-stream fault fires before token N; an answer of N tokens or fewer never meets it.
         self.midstream = (
@@ -841,9 +842,19 @@ class StreamAnswer:
         finally:
             if keepalive:
                 keepalive.cancel()
+            self.held = b""  # the context's memory goes with the request
             if self.admitted:
                 self.engine.release()
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _hold_memory(self) -> bytes:
+        """The context's memory (settings.memory_mb_per_1k_tokens), written so that it is
+        resident: what a memory limit counts, and what the kernel's OOM killer sees."""
+        rate = self.s.memory_mb_per_1k_tokens
+        if not rate or not self.admitted:
+            return b""
+        context = text.prompt_tokens(self.req.prompt) + len(self.tokens)
+        return b"\x01" * int(rate * context / 1000 * 2**20)
 
     async def emit(self, data: bytes) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
@@ -857,6 +868,7 @@ class StreamAnswer:
         first token is due."""
         if self.stream.ending is None:
             self.admitted = await self.engine.admit(self.stream)
+        self.held = self._hold_memory()  # the prompt's context is held from its prefill on
         self.metrics.prompt_tokens.inc(text.prompt_tokens(self.req.prompt))
         first_at = time.monotonic() + self.app._first_token_delay_s(self.req)
         if self.admitted and self.stream.ending is None:

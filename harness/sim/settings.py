@@ -59,6 +59,7 @@ class SimSettings:
     fault_stall_rate: float = 0.0
     fault_crash_rate: float = 0.0
     fault_after_tokens: int = 3
+    memory_mb_per_1k_tokens: float = 0.0
 
     def validate(self) -> None:
         if self.shutdown_mode not in SHUTDOWN_MODES:
@@ -75,6 +76,8 @@ class SimSettings:
             raise ValueError(f"port must be between 1 and 65535, not {self.port}")
         if not 0 <= self.min_answer_tokens <= self.max_answer_tokens:
             raise ValueError("need 0 <= min_answer_tokens <= max_answer_tokens")
+        if self.memory_mb_per_1k_tokens < 0:
+            raise ValueError("memory_mb_per_1k_tokens must not be negative")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith(("_s", "_rate")) and value < 0:
@@ -124,6 +127,9 @@ _HELP = {
     "request is accepted, as vLLM's --enable-log-requests",
     "sse_keep_alive_interval_s": "send ': keep-alive' comments every N s (0 = off)",
     "send_timestamps": "add the send time to each chunk (rollcheck_sent_at), for skew benchmarks",
+    "memory_mb_per_1k_tokens": "host memory each request holds while in flight, per 1000 "
+    "tokens of its context (prompt and answer), as a KV cache offloaded to host memory: "
+    "with a memory limit, one long context or enough load crosses it (oom_kill)",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",
     "fault_http_status": "status of injected HTTP errors (429, 500, 503, ...)",
     "fault_error_event_rate": "share of streams that get an error event after N tokens",

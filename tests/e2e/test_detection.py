@@ -127,6 +127,23 @@ CASES = [
         {"other_pods_untouched", "gateway_clean"},
     ),
     (
+        # each stream holds 200 MB per 1000 tokens of context (about 54 MB at 270 tokens)
+        # under a 240 MB limit: three fit beside the engine's own 40 MB, four do not; once
+        # the act's request OOMKills one engine, its load crosses the others' limit
+        "oom-load-crosses-the-limit",
+        "oom_kill",
+        [
+            "engine.memory_mb_per_1k_tokens=200",
+            "pod.memory_limit_mb=240",
+            "load.users=8",
+            "scenario.oom_context_tokens=2000",
+            "scenario.recovery_s=15",
+            LONG,
+        ],
+        {"reset"},
+        {"oom_killed_once"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -162,8 +179,8 @@ def healthy_night(tmp_path_factory):
     reports = tmp_path_factory.mktemp("healthy")
     proc, summaries = run_scenarios(
         reports,
-        "drain or rollout or scale_to_zero or pod_kill or scale_up or canary or startup "
-        "or scale_down",
+        "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
+        "or startup or scale_down",
     )
     return reports, proc, summaries
 
@@ -171,17 +188,17 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 11
+    assert len(summaries) == 12
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
         # killed pod's own streams fail by design
         assert 0 < s["goodput"]["all"]["share"] <= 1, s["goodput"]
-        if s["scenario"] not in ("scale_up", "pod_kill"):
+        if s["scenario"] not in ("scale_up", "pod_kill", "oom_kill"):
             assert s["goodput"]["all"]["share"] > 0.9, s["goodput"]
         assert s["attribution"]["traced"] == s["requests"]  # the local gateway traces all
         kept = {"complete", "cancelled"}
-        if s["scenario"] != "pod_kill":  # a killed pod's own streams fail, by design
+        if s["scenario"] not in ("pod_kill", "oom_kill"):  # a killed pod's own streams fail
             assert all(v == 0 for k, v in s["outcomes"].items() if k not in kept), s["outcomes"]
     index = next(tmp_path.glob("*/index.html"))
     assert index.exists()
@@ -211,7 +228,7 @@ def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
     session = next(reports.glob("*/index.html")).parent
     pages = [session / "index.html", reports / "history.html"]
     pages += sorted(session.glob("*/report.html"))
-    assert len(pages) == 2 + len(summaries) == 13
+    assert len(pages) == 2 + len(summaries) == 14
     for page in pages:
         seen = browser_check(page, tmp_path / "page.png", "review")
         where = page.relative_to(reports)

@@ -864,11 +864,11 @@ def kill_command(kube_local) -> str:
     return "kube.kill_command=" + json.dumps(kube_local.kill_command())
 
 
-def run_pod_kill(kube_local, namespace, ingress, folder: Path, *sets: str):
+def run_pod_kill(kube_local, namespace, ingress, folder: Path, *sets: str, kind="pod_kill"):
     logs = f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]"
     r, (summary,) = run_scenarios(
         folder,
-        "pod_kill",
+        kind,
         f"kube.namespace={namespace}",
         "replicas=2",
         f"kube.gateway_url={ingress.url}",
@@ -925,6 +925,37 @@ def test_a_pod_kill_is_a_sigkill_of_the_engine_container_confirmed_by_its_status
     for x in cut:
         assert x["outcome"] not in ("complete", "hung"), x
         assert x["sent_at"] + x["duration_s"] - kill["t"] < 1.0, x  # at once, not drained
+
+
+def test_an_oom_kill_on_real_kubelets_is_the_kernels_and_the_container_says_oomkilled(
+    kube_local, namespace, deployed, tmp_path
+):
+    """oom_kill on kube-local: one request of 400,000 tokens of context, sent to the
+    busiest engine's pod IP, makes deploy/sim hold 400 MB under its 256Mi limit; the
+    kernel's OOM killer ends it (the cgroup's, not rollcheck's), the container's status
+    says OOMKilled with 137, its streams in flight end broken at once, and the kubelet
+    restarts it in place: PASS."""
+    ingress = deployed()
+    r, summary, events, records, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", "scenario.recovery_s=60",
+        kind="oom_kill",
+    )  # fmt: skip
+    assert summary["verdict"] == "pass", (not_passing(summary), r.stdout[-2000:])
+    act, seen = acts["oom_request"], acts["kill_seen"]
+    victim = act["pod"]
+    assert seen["detail"]["evidence"] == "exited" and seen["detail"]["reason"] == "OOMKilled"
+    exited = next(e for e in events if e["kind"] == "exited" and e["pod"] == victim)
+    assert exited["detail"]["code"] == 137, exited
+    assert acts["replacement_served"]["pod"] == victim  # restarted in place, and serving
+    cut = [
+        x
+        for x in records
+        if x["pod"] == victim and x["sent_at"] < act["t"] < x["sent_at"] + x["duration_s"]
+    ]
+    assert cut, "no stream was in flight on the victim at the act"
+    for x in cut:
+        assert x["outcome"] not in ("complete", "hung"), x
+        assert x["sent_at"] + x["duration_s"] < exited["t"] + 1.0, x  # ended with the engine
 
 
 def test_a_pod_kill_fails_a_deployment_whose_engine_restarts_slower_than_the_recovery_budget(

@@ -209,6 +209,13 @@ class PodRunner(threading.Thread):
         while True:
             if self._deletion.wait(TICK_S):
                 return "deleted"
+            if s.memory_limit_mb is not None and _rss_mb(self.proc.pid) > s.memory_limit_mb:
+                # the kernel's OOM killer at the cgroup's limit: SIGKILL, reported as such
+                _killpg(self.proc, signal.SIGKILL)
+                self.proc.wait()
+                self.exit_code = 137
+                self.emit("exited", code=137, reason="OOMKilled", limit_mb=s.memory_limit_mb)
+                return "OOMKilled"
             code = self.proc.poll()
             if code is not None:
                 self.exit_code = code
@@ -303,6 +310,18 @@ class PodRunner(threading.Thread):
     def _terminate(self) -> None:
         self.phase = "Terminating"
         self._stop_container(self.deletion_started + self._grace_s)
+
+
+def _rss_mb(pid: int) -> float:
+    """A process's resident memory in MiB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:
