@@ -81,6 +81,11 @@ CASES = {
         container(o)["args"].append("--shutdown-timeout=7000"),
     ),
     "RC016": lambda o: o[0]["spec"]["template"]["spec"].pop("enableServiceLinks"),
+    "RC017": lambda o: o[0]["spec"]["template"]["spec"].pop("tolerations"),
+    "RC019": lambda o: container(o).update(
+        env=[{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "40"}],
+        resources={"limits": {"memory": "32Gi", "nvidia.com/gpu": 1}},
+    ),
 }
 
 
@@ -487,3 +492,37 @@ def test_every_wrongly_typed_field_is_named_with_its_path_in_one_run():
     ):
         assert said in text, text
     assert "RC006" not in text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "tolerations, trips",
+    [
+        ([], True),  # the admission's default: 300 s
+        ([{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+           "effect": "NoExecute", "tolerationSeconds": 30}], True),  # not-ready left at 300
+        ([{"operator": "Exists"}], True),  # tolerated for ever
+        ([{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}], False),
+        ([{"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+          for k in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")], False),
+    ],
+)  # fmt: skip
+def test_rc017_a_lost_nodes_pods_wait_the_default_300_s(tolerations, trips):
+    objs = mutate(lambda o: o[0]["spec"]["template"]["spec"].update(tolerations=tolerations))
+    assert ("RC017" in rules_of(objs)) is trips
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "kv, limit, trips",
+    [("40", "32Gi", True), ("40", "40Gi", True), ("40", "48Gi", False), ("4", "5G", False),
+     ("4", "4000Mi", True), ("x", "1Gi", False)],
+)  # fmt: skip
+def test_rc019_the_memory_limit_holds_the_kv_cache(kv, limit, trips):
+    objs = mutate(
+        lambda o: container(o).update(
+            env=[{"name": "VLLM_CPU_KVCACHE_SPACE", "value": kv}],
+            resources={"limits": {"memory": limit, "nvidia.com/gpu": 1}},
+        )
+    )
+    assert ("RC019" in rules_of(objs)) is trips

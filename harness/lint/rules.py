@@ -562,3 +562,76 @@ def surge_over_gpu_quota(d: Deployment) -> Iterator[Finding]:
             f"{per_pod}), above the quota of {d.opts.gpu_quota}: surge pods stay Pending",
             "lower maxSurge (and allow maxUnavailable >= 1), or raise the quota",
         )
+
+
+UNREACHABLE = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+DEFAULT_TOLERATION_S = 300  # the DefaultTolerationSeconds admission plugin's
+
+
+@rule("RC017", "warning", "a lost node's engine pods are replaced before the default 300 s")
+def default_unreachable_toleration(d: Deployment) -> Iterator[Finding]:
+    tolerations = d.pod.get("tolerations") or []
+
+    def bound(key: str) -> float | None:
+        for t in tolerations:
+            if not isinstance(t, dict) or t.get("effect") not in (None, "NoExecute"):
+                continue
+            if t.get("key") == key or (t.get("key") is None and t.get("operator") == "Exists"):
+                return t.get("tolerationSeconds")  # None: tolerated for ever
+        return DEFAULT_TOLERATION_S
+
+    slow = [k for k in UNREACHABLE if (s := bound(k)) is None or float(s) >= DEFAULT_TOLERATION_S]
+    if slow:
+        yield d.finding(
+            "RC017",
+            "warning",
+            "spec.template.spec.tolerations",
+            f"{' and '.join(slow)} tolerated for {DEFAULT_TOLERATION_S} s or more (the "
+            "admission's default): the engines of a node that lost power stay bound to it, "
+            "their capacity gone and not replaced, for 5 minutes after the node controller "
+            "marks it (40-50 s), and a replacement's own start-up comes on top",
+            "tolerate them with effect NoExecute and tolerationSeconds about 30, so that the "
+            "replacements start sooner (a node back within that keeps its pods)",
+        )
+
+
+def memory_gib(quantity) -> float | None:
+    """A memory quantity (128Mi, 4Gi, 5G, 1e9) in GiB; None when it cannot be read."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+             "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # fmt: skip
+    text = str(quantity).strip()
+    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
+        if text.endswith(unit):
+            text, scale = text[: -len(unit)], factor
+            break
+    else:
+        scale = 1
+    try:
+        return float(text) * scale / 2**30
+    except ValueError:
+        return None
+
+
+@rule("RC019", "error", "the memory limit holds the engine's KV cache in host memory")
+def memory_below_kv_cache(d: Deployment) -> Iterator[Finding]:
+    env = {e.get("name"): e.get("value") for e in d.c.get("env") or [] if isinstance(e, dict)}
+    kv = env.get("VLLM_CPU_KVCACHE_SPACE")
+    limit = ((d.c.get("resources") or {}).get("limits") or {}).get("memory")
+    if kv is None or limit is None:
+        return
+    try:
+        kv_gib = float(kv)
+    except ValueError:
+        return
+    limit_gib = memory_gib(limit)
+    if limit_gib is not None and limit_gib <= kv_gib:
+        yield d.finding(
+            "RC019",
+            "error",
+            f"{d.cpath}.resources.limits.memory",
+            f"the memory limit {limit} is not above VLLM_CPU_KVCACHE_SPACE ({kv_gib:g} GiB): "
+            "the engine's KV cache alone fills it, and the kernel OOMKills the engine "
+            "mid-decode (every stream on it lost) once the cache fills under load",
+            "raise limits.memory above the KV cache space plus the weights and the "
+            "server's own memory, or lower VLLM_CPU_KVCACHE_SPACE",
+        )
