@@ -736,12 +736,25 @@ def oom_killed_once(d: RunData) -> CheckResult:
     first = next((e for e in ooms if e.pod in d.victims and e.t >= d.t_act), None)
     if first is None:
         other = next((e for e in exits if e.pod in d.victims), None)
-        why = (
-            f"{other.pod}'s engine exited with code {other.detail.get('code')}, not OOMKilled"
-            if other is not None
-            else f"{', '.join(d.victims)} held the request: its memory limit is above what "
-            "scenario.oom_context_tokens asks (raise it), or no limit is set"
+        answer = next(
+            (e for e in d.events if e.kind == "action" and e.detail.get("action") == "oom_answer"),
+            None,
         )
+        status = answer.detail.get("status") if answer is not None else None
+        if other is not None:
+            why = f"{other.pod}'s engine exited with code {other.detail.get('code')}, not OOMKilled"
+        elif isinstance(status, int) and status >= 400:
+            why = (
+                f"the engine refused the request (HTTP {status}): a context of that size is "
+                "above its max_model_len; oom_kill needs a request the engine accepts and its "
+                "memory limit cannot hold (a real engine's KV cache on a GPU does not grow "
+                "in host memory)"
+            )
+        else:
+            why = (
+                f"{', '.join(d.victims)} held the request: its memory limit is above what "
+                "scenario.oom_context_tokens asks (raise it)"
+            )
         return inconclusive(name, expected=expected, reason=why)
     code = first.detail.get("code")
     restarts = first.detail.get("restarts")

@@ -161,3 +161,20 @@ def engine_container(
         "known engine image or command, and no Service targets one of their ports); "
         "set kube.container=NAME"
     )
+
+
+def memory_gib(quantity) -> float | None:
+    """A memory quantity (128Mi, 4Gi, 5G, 1e9) in GiB; None when it cannot be read."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+             "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # fmt: skip
+    text = str(quantity).strip()
+    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
+        if text.endswith(unit):
+            text, scale = text[: -len(unit)], factor
+            break
+    else:
+        scale = 1
+    try:
+        return float(text) * scale / 2**30
+    except ValueError:
+        return None

@@ -20,7 +20,7 @@ from tests.chart import CHART, KUBE_VERSIONS, ROOT, objects_of, render, run_helm
 pytestmark = pytest.mark.process
 
 TARGET = {"target.deployment": "vllm", "target.gatewayUrl": "http://gw.example:80"}
-# the eleven scenario runs, as the nightly selects them (kind, parameters)
+# the twelve scenario runs, as the nightly selects them (kind, parameters)
 EVERY_RUN = [
     ("test_rollout[surge1-unavail0]", "rollout", {"max_surge": 1, "max_unavailable": 0}),
     ("test_rollout[surge2-unavail1]", "rollout", {"max_surge": 2, "max_unavailable": 1}),
@@ -28,6 +28,7 @@ EVERY_RUN = [
     ("test_drain[pod]", "drain", {}),
     ("test_drain[node]", "drain", {}),
     ("test_pod_kill", "pod_kill", {}),
+    ("test_oom_kill", "oom_kill", {}),
     ("test_scale_to_zero", "scale_to_zero", {}),
     ("test_scale_up", "scale_up", {}),
     ("test_scale_down", "scale_down", {}),

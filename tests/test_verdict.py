@@ -852,3 +852,9 @@ def test_oom_killed_once_confirms_the_act_and_fails_a_load_that_crosses_the_limi
     assert status(other) == "inconclusive" and "code 3, not OOMKilled" in other.reason
     held = C.oom_killed_once(data(records, act, **kw))
     assert status(held) == "inconclusive" and "held the request" in held.reason
+    # a real engine refuses a context above its max_model_len: said, not "held"
+    refused = act + [
+        ev(T + 0.1, "action", "p1", action="oom_answer", outcome="http_error", status=400)
+    ]
+    r = C.oom_killed_once(data(records, refused, **kw))
+    assert status(r) == "inconclusive" and "refused the request (HTTP 400)" in r.reason

@@ -310,6 +310,10 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None: ...
 
+    def memory_limit_mb(self, name: str) -> float | None:
+        """The engine container's memory limit in MiB, or None (no limit)."""
+        return None
+
     def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
         """oom_kill's act: one request to the pod's engine itself (not the gateway) with
         a context its container's memory limit cannot hold, from a thread of its own (the
@@ -319,15 +323,24 @@ class Target(abc.ABC):
 
         from harness.calibration import warm_up
 
+        limit = self.memory_limit_mb(name)
+        if limit is None:
+            raise CannotRun(
+                f"the engine container of {name} has no memory limit: no request can cross "
+                "it (oom_kill judges an engine under resources.limits.memory; on the local "
+                "target, pod.memory_limit_mb)"
+            )
         url, settings = self.pod_endpoint(name)
         key = None if "headers" in settings else self.auth_headers()
-        self.action("oom_request", pod=name, context_tokens=context_tokens)
+        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit)
 
         def send() -> None:
             try:
-                warm_up(url, model, 1, settings, key, context_tokens)
+                (r,) = warm_up(url, model, 1, settings, key, context_tokens)
             except Exception:  # the answer is the kill's to cut: its end says nothing
-                pass
+                return
+            # how the request ended: a refusal (a context above max_model_len) is no kill
+            self.action("oom_answer", pod=name, outcome=r.outcome, status=r.status)
 
         threading.Thread(target=send, name="oom-request", daemon=True).start()
 

@@ -29,6 +29,7 @@ from harness.podspec import (
     DEFAULT_GRACE_S,
     ENGINE_COMMANDS,
     ENGINE_IMAGES,
+    memory_gib,
     number,
     prestop_sleep_s,
     probe_window_s,
@@ -593,23 +594,6 @@ def default_unreachable_toleration(d: Deployment) -> Iterator[Finding]:
             "tolerate them with effect NoExecute and tolerationSeconds about 30, so that the "
             "replacements start sooner (a node back within that keeps its pods)",
         )
-
-
-def memory_gib(quantity) -> float | None:
-    """A memory quantity (128Mi, 4Gi, 5G, 1e9) in GiB; None when it cannot be read."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-             "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # fmt: skip
-    text = str(quantity).strip()
-    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
-        if text.endswith(unit):
-            text, scale = text[: -len(unit)], factor
-            break
-    else:
-        scale = 1
-    try:
-        return float(text) * scale / 2**30
-    except ValueError:
-        return None
 
 
 @rule("RC019", "error", "the memory limit holds the engine's KV cache in host memory")

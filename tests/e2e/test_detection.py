@@ -584,3 +584,11 @@ def test_a_drains_victim_holds_a_stream_past_its_preStop(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     (check,) = [c for c in summary["checks"] if c["name"] == "in_flight_streams_finish"]
     assert check["status"] == "pass" and "streams in flight at SIGTERM" in check["population"]
+
+
+def test_an_oom_kill_without_a_memory_limit_is_skipped_saying_why(tmp_path):
+    """No limit, nothing to cross: SKIPPED before the request, with the reason."""
+    proc, (summary,) = run_scenarios(tmp_path, "oom_kill", "pod.memory_limit_mb=null")
+    assert summary["verdict"] == "skipped", summary
+    assert "has no memory limit: no request can cross it" in summary["reason"]
+    assert proc.returncode == 0, proc.stdout[-2000:]

@@ -231,6 +231,20 @@ class KubeTarget(Target):
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.actions.kill_pod(name, sig)
 
+    def memory_limit_mb(self, name: str) -> float | None:
+        """The engine container's limits.memory, from the pod as the watch saw it."""
+        from harness.podspec import memory_gib
+
+        pod = self.shared.pod(name)
+        if pod is None:
+            return None
+        mine = [
+            c for c in pod.spec.containers if c.name == self.shared.engine
+        ] or pod.spec.containers[:1]
+        limits = (mine[0].resources.limits or {}) if mine and mine[0].resources else {}
+        gib = memory_gib(limits["memory"]) if "memory" in limits else None
+        return None if gib is None else gib * 1024
+
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self.actions.delete_pod(name, grace_s)
 

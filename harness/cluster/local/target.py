@@ -259,6 +259,9 @@ class LocalTarget(Target):
         self.controller.set_deletion_cost(pod, DELETION_COST)
         self.controller.scale(replicas)
 
+    def memory_limit_mb(self, name: str) -> float | None:
+        return self.cfg.pod.memory_limit_mb
+
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
         try:
