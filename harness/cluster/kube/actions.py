@@ -347,6 +347,9 @@ class Actions:
             raise TargetError(
                 f"kube.kill_command exited {r.returncode} killing {name}/{container}: {tail[0]}"
             )
+        # delivered by the time the command returned (its own start-up is not the kill's):
+        # the pod's signal on the timeline, as the local kubelet records its own
+        self.c.emit("signal", pod=name, node=view.node, signal=sig_name, by="kube.kill_command")
 
     def _engine_container(self, name: str) -> tuple[str, str]:
         """The engine container's name and its runtime's id ("containerd://" cut off),
