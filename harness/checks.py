@@ -743,13 +743,15 @@ def oom_killed_once(d: RunData) -> CheckResult:
         status = answer.detail.get("status") if answer is not None else None
         if other is not None:
             why = f"{other.pod}'s engine exited with code {other.detail.get('code')}, not OOMKilled"
-        elif isinstance(status, int) and status >= 400:
+        elif status == 400:
             why = (
-                f"the engine refused the request (HTTP {status}): a context of that size is "
-                "above its max_model_len; oom_kill needs a request the engine accepts and its "
+                "the engine refused the request (HTTP 400): a context of that size is above "
+                "its max_model_len; oom_kill needs a request the engine accepts and its "
                 "memory limit cannot hold (a real engine's KV cache on a GPU does not grow "
                 "in host memory)"
             )
+        elif isinstance(status, int) and status >= 400:
+            why = f"the request did not reach the engine's decoding (HTTP {status})"
         else:
             why = (
                 f"{', '.join(d.victims)} held the request: its memory limit is above what "

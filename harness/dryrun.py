@@ -24,7 +24,13 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.cluster.target import PodView, Target, canary_rollout, strategy_changes
+from harness.cluster.target import (
+    CannotRun,
+    PodView,
+    Target,
+    canary_rollout,
+    strategy_changes,
+)
 from harness.events import Event
 from harness.files import write_atomic
 from harness.scenario import DryRun
@@ -184,9 +190,15 @@ class DryRunTarget(Target):
         self._own(name)
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
 
+    def memory_limit_mb(self, name: str) -> float | None:
+        return self.inner.memory_limit_mb(name)
+
     def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
         self._own(name)
-        self.action("oom_request", pod=name, context_tokens=context_tokens)
+        limit = self.inner.memory_limit_mb(name)
+        if limit is None:  # as the real act would be: SKIPPED, nothing sent
+            raise CannotRun(f"the engine container of {name} has no memory limit to cross")
+        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit)
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._own(name)
