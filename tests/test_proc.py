@@ -26,3 +26,22 @@ def test_children_and_their_command_lines():
         child.wait()
     assert child.pid not in children(os.getpid())
     assert cmdline(child.pid) == ""
+
+
+def test_the_reaper_leaves_kube_locals_node_records_to_their_own_clean_up(tmp_path, monkeypatch):
+    """A local run's reaper deleted the records of a killed kube-local's nodes (they live
+    in the same folder), so the next kube-local start found nothing to clean: containers,
+    bridges and mounts were left (CI: a local run beside the kube tier did it)."""
+    import json
+
+    import harness.proc as proc
+
+    monkeypatch.setattr(proc, "PID_DIR", tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    node = tmp_path / f"kube-node-{dead.pid}-kube-local-node-0.json"
+    node.write_text(json.dumps({"owner": dead.pid, "node": "kube-local-node-0", "pids": {}}))
+    mine = tmp_path / f"local-{dead.pid}.json"
+    mine.write_text(json.dumps({"owner": dead.pid, "groups": {}}))
+    proc.reap_leftovers()
+    assert node.exists() and not mine.exists()
