@@ -833,7 +833,7 @@ def _finish_svg(
     shown = 0
     for e, what, color, dash in lines:
         if lo <= e.t - t0 <= hi:
-            label = f"{what} {e.t - t0:+.2f} s"
+            label = _label(f"{what} {e.t - t0:+.2f} s")
             out.append(
                 f"<line class=act x1={x(e.t - t0)} x2={x(e.t - t0)} y1=8 y2={y} stroke={color} "
                 f"stroke-width=1.5{dash}><title>{_e(label)}</title></line>"
@@ -841,7 +841,7 @@ def _finish_svg(
             # a visible label beside each line, staggered so that near ones do not
             # cover each other
             out.append(
-                f"<text class=act {_beside(x(e.t - t0))} y={9 + 10 * (shown % 3)} "
+                f"<text class=act {_beside(x(e.t - t0), label)} y={9 + 10 * (shown % 3)} "
                 f"font-size=9 fill={color}>{_e(label)}</text>"
             )
             shown += 1
@@ -971,22 +971,32 @@ def _zoom_svg(
     for i, (px, group) in enumerate(labels):
         kinds = ", ".join(dict.fromkeys(e.kind for e in group))
         pods = ", ".join(dict.fromkeys(_short_pod(e.pod) for e in group if e.pod))
+        text = _label(f"{kinds} {pods} {group[0].t - t0:+.2f} s".replace("  ", " "))
         out.append(
-            f"<text class=mark {_beside(px)} y={y + 10 + 10 * (i % 4)} font-size=9 fill=#555>"
-            f"{_e(f'{kinds} {pods} {group[0].t - t0:+.2f} s'.replace('  ', ' '))}</text>"
+            f"<text class=mark {_beside(px, text)} y={y + 10 + 10 * (i % 4)} font-size=9 "
+            f"fill=#555>{_e(text)}</text>"
         )
     if labels:
         y += 10 * min(4, len(labels)) + 4
     return _finish_svg("zoom", out, events, x, lo, hi, t0, y + 6)
 
 
-def _beside(px: float) -> str:
-    """Where a vertical line's label goes: right of the line, or left of it near the
-    svg's right edge, so that it is never cut off."""
+LABEL_CHAR_PX = 5.6  # a 9 px system-ui character at its widest average (Chromium, here)
+LABEL_MAX = 90  # characters: a label always fits on one side of its line
+
+
+def _beside(px: float, text: str) -> str:
+    """Where a vertical line's label goes: right of the line, or left of it when it
+    would run past the svg's right edge (a canary's grouped label once did), so that it
+    is never cut off."""
     halo = "stroke=#fff stroke-width=3 paint-order=stroke"  # readable over the bars
-    if px > W - 260:
+    if px + 3 + len(text) * LABEL_CHAR_PX > W - 2:
         return f"x={px - 3} text-anchor=end {halo}"
     return f"x={px + 3} {halo}"
+
+
+def _label(text: str) -> str:
+    return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
 
 
 def _short_pod(pod: str) -> str:
