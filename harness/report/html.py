@@ -981,7 +981,7 @@ def _zoom_svg(
     return _finish_svg("zoom", out, events, x, lo, hi, t0, y + 6)
 
 
-LABEL_CHAR_PX = 5.6  # a 9 px system-ui character at its widest average (Chromium, here)
+LABEL_CHAR_PX = 6.0  # a 9 px system-ui character, a little above its average width
 LABEL_MAX = 90  # characters: a label always fits on one side of its line
 
 
