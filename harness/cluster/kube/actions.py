@@ -20,6 +20,7 @@ from harness.cluster.kube.common import (
     _message,
     _ts,
     engine_of,
+    engine_status,
 )
 from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import ScalerObserver, removal_reason
@@ -354,12 +355,10 @@ class Actions:
     def _engine_container(self, name: str) -> tuple[str, str]:
         """The engine container's name and its runtime's id ("containerd://" cut off),
         from the pod's status as the watch last saw it: a kill needs it running."""
-        pod = self.s.pod(name)
-        statuses = (pod.status.container_statuses or []) if pod is not None else []
-        mine = [c for c in statuses if c.name == self.s.engine] or statuses[:1]
-        if not mine or not mine[0].container_id or mine[0].state.running is None:
+        c = engine_status(self.s.pod(name), self.s.engine)
+        if c is None or not c.container_id or c.state.running is None:
             raise TargetError(f"the engine container of {name} is not running: nothing to kill")
-        return mine[0].name, mine[0].container_id.split("://", 1)[-1]
+        return c.name, c.container_id.split("://", 1)[-1]
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self.check_own_pod(name)

@@ -91,6 +91,13 @@ def engine_of(pod_spec, name: str | None):
     return next((c for c in containers if c.name == name), containers[0] if containers else None)
 
 
+def engine_status(pod, name: str | None):
+    """The engine container's status in a pod, by the same rule as engine_of (by name,
+    else the first); None before the kubelet reported any."""
+    statuses = (pod.status.container_statuses or []) if pod is not None and pod.status else []
+    return next((c for c in statuses if c.name == name), statuses[0] if statuses else None)
+
+
 class Cluster:
     """The connection and the workload's coordinates, given to each of the Kubernetes
     target's parts: the API clients, the config, the namespace and Deployment, the run

@@ -236,12 +236,8 @@ class KubeTarget(Target):
         from harness.podspec import memory_gib
 
         pod = self.shared.pod(name)
-        if pod is None:
-            return None
-        mine = [
-            c for c in pod.spec.containers if c.name == self.shared.engine
-        ] or pod.spec.containers[:1]
-        limits = (mine[0].resources.limits or {}) if mine and mine[0].resources else {}
+        c = engine_of(pod.spec, self.shared.engine) if pod is not None else None
+        limits = (c.resources.limits or {}) if c is not None and c.resources else {}
         gib = memory_gib(limits["memory"]) if "memory" in limits else None
         return None if gib is None else gib * 1024
 

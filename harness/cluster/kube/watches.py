@@ -11,7 +11,15 @@ from pathlib import Path
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import Cluster, Shared, _ready, _ts, engine_of, prestop_s
+from harness.cluster.kube.common import (
+    Cluster,
+    Shared,
+    _ready,
+    _ts,
+    engine_of,
+    engine_status,
+    prestop_s,
+)
 from harness.cluster.kube.scaling import ScalerObserver
 from harness.cluster.target import PodView, TargetError
 from harness.files import open_append
@@ -106,11 +114,9 @@ def _termination(pod, engine: str | None) -> dict | None:
     its last state once the kubelet restarted it): exit code, reason (OOMKilled, Error),
     finish time and restart count; the same exit reads the same either way, so that the
     watch reports it once. None before it ever exited."""
-    statuses = pod.status.container_statuses or []
-    mine = [c for c in statuses if c.name == engine] or statuses[:1]
-    if not mine:
+    c = engine_status(pod, engine)
+    if c is None:
         return None
-    c = mine[0]
     term = (c.state.terminated if c.state else None) or (
         c.last_state.terminated if c.last_state else None
     )
