@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import checks as C
+from harness import client_delay
 from harness import verdict as V
 from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig, Strategy
@@ -859,6 +860,9 @@ class Scenario:
         )
         if witness is not None:
             data.engine_counts = witness.as_dict(data.t_act)
+        windows = client_delay.read(self.run_dir)
+        data.client_delay = client_delay.by_phase(windows, data.phases.at) or None
+        data.client_delay_share = slo.client_delay_share
         return data
 
     def write(self, data: V.RunData, results: list) -> dict:

@@ -151,6 +151,27 @@ class RunData:
     load_problems: list[str] = field(default_factory=list)
     # what the engines counted (harness.engine_counts.EngineCounts.as_dict), or None
     engine_counts: dict | None = None
+    # the load generator's own delay per phase and "all" (harness.client_delay.by_phase);
+    # None: the load reported none
+    client_delay: dict | None = None
+    client_delay_share: float = 0.25  # slo.client_delay_share
+
+    @property
+    def client_delay_limit_s(self) -> float:
+        """The client delay (p99 in a phase) past which latency is not judged: a share of
+        the tightest SLO in force (the ITL SLO when set, else the TTFT SLO)."""
+        slos = [s for s in (self.ttft_slo_s, self.itl_slo_s) if s]
+        return self.client_delay_share * min(slos)
+
+    def client_lagged(self, phases: Sequence[str] = PHASES) -> dict[str, dict]:
+        """The phases (of `phases`) in which the load generator's delay p99 passed its
+        limit: their figures (p99_s, cpu_max, ...)."""
+        limit = self.client_delay_limit_s
+        return {
+            p: s
+            for p, s in (self.client_delay or {}).items()
+            if p in phases and s.get("p99_s") is not None and s["p99_s"] > limit
+        }
 
     @property
     def phases(self) -> Phases:
@@ -295,8 +316,15 @@ def validate(d: RunData) -> None:
 
 
 def judge(d: RunData, checks: Sequence[Check]) -> list[CheckResult]:
+    """Every check's result; then a check with a `settle` (one that judges what the
+    others could judge, client_kept_up) reads theirs."""
     validate(d)
-    return [check(d) for check in checks]
+    results = [check(d) for check in checks]
+    for check in checks:
+        settle = getattr(check, "settle", None)
+        if settle is not None:
+            settle(results)
+    return results
 
 
 # worse is higher: a verdict that moves right is a regression (compare)

@@ -14,6 +14,7 @@ their stream within stop_timeout_s; the rest are cancelled and still recorded.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from locust import LoadTestShape, User, constant, events, task
 from locust.exception import StopUser
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
+from harness import client_delay
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
 from harness.files import open_append, write_atomic
@@ -73,8 +75,11 @@ class WorkerState:
         self.in_flight: set[gevent.Greenlet] = set()
         # each stream in flight: its observer and the answer length it asked for
         self.live: dict[gevent.Greenlet, tuple[StreamObserver, int | None]] = {}
-        self.loop_lag: list[float] = []
-        self.rate_lag: list[float] = []
+        # how late the hub runs (harness.client_delay): a histogram a second, shipped
+        # to the master; the last half minute of them for the live status
+        self.delay = client_delay.Windows()
+        self.recent_delay: collections.deque = collections.deque(maxlen=30)
+        self.rate_lag: collections.deque = collections.deque(maxlen=20000)
         self.rng = random.Random(SETTINGS.seed + os.getpid())
         self.client = make_client(
             THRESHOLDS.stall_timeout_s, headers=auth_headers(SETTINGS.api_key_env)
@@ -152,14 +157,17 @@ class WorkerState:
     def message(self, environment, done: bool = False) -> dict:
         batch, self.batch = self.batch, []
         runner = environment.runner
+        windows = self.delay.take(final=done)
+        self.recent_delay.extend(windows)
         return {
             "records": batch,
+            "delay_windows": windows,
             "sent": self.sent,
             "finished": self.finished,
             "outcomes": dict(self.outcomes),
             "in_flight": len(self.in_flight),
             "streams": self.streams(),
-            "loop_lag": _pcts(self.loop_lag),
+            "loop_lag": client_delay.summarize(self.recent_delay) or _pcts([]),
             "rate_lag": _pcts(self.rate_lag),
             "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)),
             "done": done,
@@ -178,7 +186,7 @@ def _summed(counts: list[dict]) -> dict:
 def _pcts(values: list[float]) -> dict:
     if not values:
         return {"p50_s": None, "p99_s": None, "n": 0}
-    s = sorted(values[-20000:])
+    s = sorted(values)
     return {"p50_s": quantile_of_sorted(s, 0.5), "p99_s": quantile_of_sorted(s, 0.99), "n": len(s)}
 
 
@@ -196,6 +204,7 @@ class Collector:
         self.workers: dict[str, dict] = {}
         self.state = "running"
         self.lost: list[str] = []
+        self.delay = open_append(RUN_DIR / "load" / client_delay.FILE, truncate=True)
 
     def on_records(self, environment, msg, **_) -> None:
         data = msg.data
@@ -203,7 +212,11 @@ class Collector:
             self.records.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self.written += len(data["records"])
         self.records.flush()
-        info = {k: v for k, v in data.items() if k != "records"}
+        for window in data.get("delay_windows") or []:
+            line = dict(window, worker=msg.node_id)
+            self.delay.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.delay.flush()
+        info = {k: v for k, v in data.items() if k not in ("records", "delay_windows")}
         info["received"] = self.workers.get(msg.node_id, {}).get("received", 0) + len(
             data["records"]
         )
@@ -261,6 +274,7 @@ class Collector:
         self.lost = [wid for wid, w in self.workers.items() if not w.get("done")]
         self.state = "done"
         self.records.close()
+        self.delay.close()
         self.write_status()
         self.env.runner.quit()
         if getattr(self.env, "web_ui", None) is not None:  # load.web_ui: the process ends too
@@ -320,11 +334,13 @@ def _flusher(environment) -> None:
 
 
 def _loop_lag_monitor() -> None:
-    # How late a sleeping greenlet wakes: the delay a request would see before it is sent.
+    # How late a sleeping greenlet wakes: the wait every stream's next chunk sees before
+    # the hub reads it (harness.client_delay).
+    period = client_delay.PERIOD_S
     while True:
         t = time.monotonic()
-        gevent.sleep(0.05)
-        STATE.loop_lag.append(max(0.0, time.monotonic() - t - 0.05))
+        gevent.sleep(period)
+        STATE.delay.add(max(0.0, time.monotonic() - t - period))
 
 
 def _on_stop(environment, msg, **_) -> None:

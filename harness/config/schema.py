@@ -189,6 +189,10 @@ class Slo:
     max_event_bytes: int = MAX_EVENT_BYTES
     ttft_budget: PhaseBudget = field(default_factory=PhaseBudget)
     itl_budget: PhaseBudget = field(default_factory=PhaseBudget)
+    # the load generator's own delay (its event loop's lateness, p99 in a phase) may be at
+    # most this share of the ITL SLO (and of the TTFT SLO): past it, a latency budget the
+    # run breaks is the client's as much as the engine's, and is not judged (client_kept_up)
+    client_delay_share: float = 0.25
     # measure an engine before the session's first scenario and judge TTFT by what this
     # machine can do (harness/calibration.py): auto (real engines on the local target),
     # always (any engine, any target: real vLLM pods on kube-local's CPUs), never
@@ -202,6 +206,10 @@ class Slo:
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"{key}: an SLO must be above zero, got {value}")
+        if not 0 < self.client_delay_share <= 1:
+            raise ValueError(
+                f"client_delay_share: a share above 0 and at most 1, got {self.client_delay_share}"
+            )
         problem = event_limit_problem(self.max_event_bytes)
         if problem:
             raise ValueError(f"max_event_bytes {problem}")

@@ -1120,7 +1120,37 @@ def _loadgen(lg: dict | None) -> str:
         if lg.get("cpu_warning")
         else "no CPU warning"
     )
-    return f"<p>{_e(lg.get('workers', 0))} worker(s); send lag p99 {_fmt(lag)}; {warn}</p>"
+    out = f"<p>{_e(lg.get('workers', 0))} worker(s); event-loop delay p99 {_fmt(lag)}; {warn}</p>"
+    delay, limit = lg.get("delay") or {}, lg.get("delay_limit_s")
+    if not delay:
+        return out
+    rows = ""
+    for phase in ("before", "during", "after", "all"):
+        s = delay.get(phase)
+        if not s:
+            continue
+        over = limit is not None and phase != "all" and s["p99_s"] > limit
+        cpu = s.get("cpu_max")
+        rows += (
+            f"<tr><td>{_e(phase)}</td><td class='num{' worse' if over else ''}'>"
+            f"{s['p99_s'] * 1000:.1f} ms</td><td class=num>{s['max_s'] * 1000:.1f} ms</td>"
+            f"<td class=num>{'–' if cpu is None else f'{cpu:.0%}'}</td>"
+            f"<td class=num>{_e(s['samples'])}</td></tr>"
+        )
+    said = (
+        f"A figure the client measured can be late by its own delay: past "
+        f"{limit * 1000:.0f} ms at p99 in a phase, a latency budget that holds or breaks "
+        "within that delay is not judged (client_kept_up)."
+        if limit is not None
+        else ""
+    )
+    return (
+        out
+        + "<table><tr><th>phase</th><th>client delay p99</th><th>max</th>"
+        + "<th>worker CPU, highest second</th><th>samples</th></tr>"
+        + rows
+        + f"</table><p class=small>{_e(said)}</p>"
+    )
 
 
 STATUS_MARK = {"pass": "✔", "fail": "✘", "inconclusive": "?", "skipped": "–"}

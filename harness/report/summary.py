@@ -93,8 +93,12 @@ def build_summary(
         "versions": version_share(records),
         "load_generator": {
             "cpu_warning": bool((load_status or {}).get("cpu_warning")),
-            "loop_lag_p99_s": max(lags) if lags else None,
+            "loop_lag_p99_s": ((data.client_delay or {}).get("all") or {}).get("p99_s")
+            or (max(lags) if lags else None),
             "workers": len(workers),
+            # its own delay per phase and over the run ("all"): harness.client_delay
+            "delay": data.client_delay,
+            "delay_limit_s": data.client_delay_limit_s,
         },
         "lint": [f.to_dict() for f in (target_obj.lint_findings if target_obj else ())],
         "scaler": scaler_summary(data.events, data.t_act or data.t_start, since=data.t_start),
