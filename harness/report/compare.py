@@ -46,6 +46,11 @@ MIN_SAMPLE = 20
 GOODPUT_TOLERANCE = 0.01  # one percentage point
 LATENCY_TOLERANCE = 0.10
 LATENCY_FLOOR_S = 0.001
+# and only when the change is at least this many times each run's own client delay (p99
+# of its load generator's event-loop lateness, harness.client_delay): a median that moved
+# by less may be the client's, not the engine's (a rerun on a busy machine moved the
+# longest ITL's median from 21 to 25 ms, p = 1e-11, with nothing changed but the machine)
+CLIENT_DELAY_FACTOR = 2.0
 
 COMPARE_CSS = """
 .worse{background:#ffebee;color:#b71c1c;font-weight:600}
@@ -152,8 +157,21 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def latency_change(base: list[float], cand: list[float]) -> tuple[str, str]:
-    """('worse' | 'better' | '', what the test said) for two runs' per-request samples."""
+def client_delay_of(run: dict) -> float | None:
+    """A run's client delay p99 over the whole run (its summary's load_generator), or
+    None for a run recorded before rollcheck measured it."""
+    lg = run.get("load_generator")
+    delay = lg.get("delay") if isinstance(lg, dict) else None
+    whole = delay.get("all") if isinstance(delay, dict) else None
+    p99 = whole.get("p99_s") if isinstance(whole, dict) else None
+    return float(p99) if _number(p99) else None
+
+
+def latency_change(
+    base: list[float], cand: list[float], client_delays: tuple[float | None, ...] = ()
+) -> tuple[str, str]:
+    """('worse' | 'better' | '', what the test said) for two runs' per-request samples;
+    client_delays: each run's own client delay p99 (None: not measured)."""
     if len(base) < MIN_SAMPLE or len(cand) < MIN_SAMPLE:
         return "", f"cannot tell: {len(base)} and {len(cand)} requests (fewer than {MIN_SAMPLE})"
     from scipy.stats import mannwhitneyu
@@ -165,6 +183,13 @@ def latency_change(base: list[float], cand: list[float]) -> tuple[str, str]:
         return "", said + f": within the noise at {ALPHA:g}"
     if abs(mc - mb) < max(LATENCY_TOLERANCE * mb, LATENCY_FLOOR_S):
         return "", said + f": a median change under {LATENCY_TOLERANCE:.0%}"
+    known = [d for d in client_delays if d is not None]
+    if known and abs(mc - mb) < CLIENT_DELAY_FACTOR * max(known):
+        delays = " and ".join(f"{d * 1000:.1f} ms" for d in known)
+        return "", (
+            said + f": a median change of {abs(mc - mb) * 1000:.1f} ms, under "
+            f"{CLIENT_DELAY_FACTOR:g} times the client's own delay (p99 {delays})"
+        )
     return ("worse" if mc > mb else "better"), said
 
 
@@ -227,7 +252,7 @@ def compare_runs(base: dict, cand: dict) -> dict:
         b, c = base_samples[metric], cand_samples[metric]
         if not b and not c:
             continue
-        ch, said = latency_change(b, c)
+        ch, said = latency_change(b, c, (client_delay_of(base), client_delay_of(cand)))
         median = lambda v: statistics.median(v) if v else None  # noqa: E731
         rows.append((f"{label}, median", median(b), median(c), ch, said))
     changes = [r[3] for r in rows]
