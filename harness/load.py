@@ -229,9 +229,12 @@ class LoadRun:
     def _spawn(self, cmd: list[str], env: dict, name: str) -> subprocess.Popen:
         log = open_append(self.load_dir / f"{name}.log", binary=True, truncate=True)
         self._logs.append(log)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        if self.settings.cpus:  # (a process just started: it only moves cores)
+            os.sched_setaffinity(proc.pid, self.settings.cpus)
+        return proc
 
     def status(self) -> dict | None:
         try:

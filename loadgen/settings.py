@@ -52,6 +52,9 @@ class LoadSettings:
     # headless, to watch the request rate and latency charts; the scenario still starts and
     # stops the load, and every record is still shipped and counted
     web_ui: str | None = None
+    # the CPUs the load's processes run on (Linux affinity), e.g. [1]: on the local target,
+    # keeps the client off the engines' cores; empty: any
+    cpus: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.shape not in SHAPES:
@@ -76,6 +79,14 @@ class LoadSettings:
             raise ValueError(f"path must start with '/', got {self.path!r}")
         if self.web_ui is not None:
             web_ui_address(self.web_ui)
+        if self.cpus:
+            usable = sorted(os.sched_getaffinity(0))
+            wrong = [c for c in self.cpus if not isinstance(c, int) or c not in usable]
+            if wrong:
+                raise ValueError(
+                    f"cpus: {wrong[0]!r} is not a CPU this process may run on "
+                    f"({', '.join(map(str, usable))}); name some of those"
+                )
 
 
 def web_ui_address(value: object) -> tuple[str, int]:

@@ -33,8 +33,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: tier: {what}")
     config.addinivalue_line(
         "markers",
-        "alone: compares timings of runs made minutes apart, so scripts/run test runs it "
-        "with the engine tier, beside no other test",
+        "alone: compares timings of runs made minutes apart, or loads a core on purpose, "
+        "so scripts/run test runs it with the engine tier, beside no other test",
     )
 
 
