@@ -145,3 +145,51 @@ def test_a_50_mb_event_holds_little_memory():
     record = obs.finish(End.EOF, 1.0)
     assert record.outcome == "not_sse" and record.bytes > 50_000_000
     assert peak < 4 * 1024 * 1024, f"peak {peak} bytes"
+
+
+# a chunk's fields, each of a type a server sends or one it does not
+# (mostly of a right type: the walk names only the first wrong field, so a chunk with
+# one wrong field among right ones is the case that tells the two apart)
+_right = st.one_of(st.none(), st.text(max_size=3))
+_wrong = st.one_of(st.integers(), st.booleans(), json_values)
+
+
+def _mostly(right, wrong):
+    return st.integers(0, 9).flatmap(lambda i: wrong if i == 0 else right)
+
+
+_field = _mostly(_right, _wrong)
+
+
+def _some_of(*keys: str, value=_field):
+    return st.fixed_dictionaries({}, optional={k: value for k in keys})
+
+
+_delta = _some_of("content", "reasoning", "reasoning_content", "role", "tool_calls")
+_choice_object = st.fixed_dictionaries(
+    {},
+    optional={"finish_reason": _field, "text": _field, "delta": st.one_of(_delta, _delta, _field)},
+)
+_choice = st.one_of(_choice_object, _choice_object, _choice_object, _field)
+_chunk = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _field,
+        "model": _field,
+        "system_fingerprint": _field,
+        "usage": _mostly(st.one_of(st.none(), st.just({"completion_tokens": 3})), _field),
+        "rollcheck_sent_at": _mostly(st.one_of(st.floats(), st.integers()), _field),
+        "choices": st.one_of(st.lists(_choice, min_size=1, max_size=3), _field),
+    },
+)
+
+
+@bounded(2000)
+@given(_chunk)
+def test_the_usual_chunk_shortcut_clears_exactly_what_the_field_walk_clears(obj):
+    """Every event's types are cleared in one pass (_usual); only a chunk that fails it
+    is walked for the field to name. The pass must clear exactly the chunks the walk
+    finds nothing wrong with."""
+    from harness.streams.judge import _first_wrong_type, _usual
+
+    assert _usual(obj) == (_first_wrong_type(obj) is None), obj
