@@ -220,6 +220,8 @@ def _load(sub: argparse._SubParsersAction) -> None:
         th = _load_thresholds(data.get("slo"))
         out = ns.out or Path("reports") / time.strftime("load-%Y%m%d-%H%M%S")
         load = LoadRun(ns.url, out, settings, th)
+        if load.sizing is not None:
+            print(f"rollcheck: {load.sizing.why}", flush=True)
         stopped: KeyboardInterrupt | None = None
         try:
             load.preflight()

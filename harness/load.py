@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -25,6 +25,7 @@ from harness.client import http_get, http_post
 from harness.config import ConfigError
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
+from harness.load_sizing import Sizing, size
 from harness.proc import free_port, kill_group
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import hold, wait_until
@@ -102,6 +103,10 @@ class LoadRun:
             settings.validate()
         except ValueError as exc:
             raise ConfigError(f"load: {exc}") from None
+        self.sizing: Sizing | None = None
+        if settings.workers == "auto":  # (a scenario's were sized for its engine already)
+            self.sizing = size(settings, None, "", local_target=False)
+            settings = replace(settings, workers=self.sizing.workers)
         self.url = url.rstrip("/")
         self.run_dir = Path(run_dir)
         self.settings = settings

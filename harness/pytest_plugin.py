@@ -34,6 +34,7 @@ night_key = pytest.StashKey[object]()
 started_key = pytest.StashKey[float]()
 session_dir_key = pytest.StashKey[Path]()
 calibration_key = pytest.StashKey[object]()
+sizing_key = pytest.StashKey[object]()  # load.workers: auto, resolved (harness/load_sizing.py)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,10 +163,26 @@ def _run_config(config: pytest.Config):
         if config.getoption("dry_run"):
             sets.append("kube.dry_run=true")
         try:
-            config.stash[config_key] = load_config(config.getoption("config"), sets)
+            cfg = load_config(config.getoption("config"), sets)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if cfg.load.workers == "auto":
+            config.stash[sizing_key] = _size_load(cfg, config.getoption("target"))
+            cfg.load.workers = config.stash[sizing_key].workers
+        config.stash[config_key] = cfg
     return config.stash[config_key]
+
+
+def _size_load(cfg, target: str):
+    """load.workers: auto, for this session's engine: the simulator's pace is its
+    engine.itl_s on the local target; elsewhere it is not known here."""
+    from harness.load_sizing import size
+
+    local = target == "local"
+    if local and cfg.engine.kind == "sim" and cfg.engine.itl_s:
+        pace = f"from the simulator's engine.itl_s ({cfg.engine.itl_s:g} s)"
+        return size(cfg.load, 1.0 / cfg.engine.itl_s, pace, local_target=True)
+    return size(cfg.load, None, "", local_target=local)
 
 
 def _session_dir(config: pytest.Config) -> Path:
@@ -443,6 +460,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     except pytest.UsageError:
         return  # said when the first scenario asks for its config
     lines = live.session_outlook(config, cfg, items, KINDS)
+    if sizing_key in config.stash:
+        lines.insert(2, f"rollcheck: {config.stash[sizing_key].why}")
     if config.stash.get(night_key, None) is not None:  # the night plan has said what fits
         lines = [line for line in lines if "deadline" not in line]
     _say(config, [line for line in lines if "WARNING" not in line])

@@ -38,7 +38,9 @@ class LoadSettings:
     # every request, readiness calls included); the key itself is never in a file
     api_key_env: str | None = None
     path: str = "/v1/chat/completions"
-    workers: int = 0  # 0: one local process; N: a master and N local workers
+    # auto: as many local workers as the load's events/s need (harness/load_sizing.py),
+    # one process when one is enough; 0: one local process; N: a master and N local workers
+    workers: int | str = "auto"
     # workers started elsewhere (the chart's locust.workers), awaited by the master
     external_workers: int = 0
     # where the master listens for workers: loopback for local workers; in a cluster,
@@ -59,7 +61,12 @@ class LoadSettings:
     def validate(self) -> None:
         if self.shape not in SHAPES:
             raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {self.shape!r}")
-        for name in ("users", "step_users", "workers", "external_workers", "long_answer_tokens"):
+        if self.workers != "auto" and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int)
+        ):
+            raise ValueError(f"workers must be auto or a whole number, not {self.workers!r}")
+        counts = ("users", "step_users", "external_workers", "long_answer_tokens")
+        for name in counts + (("workers",) if self.workers != "auto" else ()):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} cannot be negative ({getattr(self, name)})")
         if self.rate_rps < 0 or self.spawn_rate <= 0:

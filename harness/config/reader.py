@@ -121,6 +121,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
+        for arg in args[1:]:  # int | str: the first that takes the value, else its error
+            if arg is str and isinstance(value, str) or arg is int and type(value) is int:
+                return value
         return _coerce(args[0], value, key)
     if dataclasses.is_dataclass(tp):
         return build(tp, value, key)

@@ -19,6 +19,7 @@ FLOOD = (
     "engine.max_num_seqs=16",
     "engine.itl_s=0.002",
     "slo.itl_s=0.05",
+    "load.workers=0",  # one worker, on purpose (auto would ask for six)
 )
 
 
