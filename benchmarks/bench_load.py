@@ -12,9 +12,11 @@ import asyncio
 import json
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
+from harness import client_delay
 from harness.load import LoadRun
 from harness.proc import free_port, running_sim
 from harness.sim.settings import SimSettings
@@ -39,8 +41,13 @@ def locust_run(url: str, users: int, workers: int, seconds: float, tokens: int) 
         t0 = time.time()
         time.sleep(seconds)
         result = run.stop()
+        windows = [w for w in client_delay.read(Path(d)) if t0 <= w["t"] < t0 + seconds]
     done = [r for r in result.records if r.sent_at >= t0 - 1 and r.outcome == "complete"]
-    return _figures(result.records, done, seconds, t0)
+    out = _figures(result.records, done, seconds, t0)
+    delay = client_delay.summarize(windows) or {}
+    out["delay_p99_ms"] = 1000 * delay.get("p99_s", 0.0)
+    out["cpu_max"] = delay.get("cpu_max") or 0.0
+    return out
 
 
 def _figures(records, done, seconds, t0) -> dict:
@@ -98,6 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--levels", default="50,100,200")
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--workers", default="1,2", help="Locust worker counts (0: one process)")
     args = ap.parse_args()
     tokens = int((args.seconds + 3) / 0.02)
     settings = SimSettings(
@@ -105,7 +113,8 @@ def main() -> None:
     )
     with running_sim(settings) as url:
         print(
-            f"{'client':<18}{'streams':>8}{'events/s':>10}{'skew p50 ms':>13}{'skew p99 ms':>13}{'ratio':>7}"
+            f"{'client':<18}{'streams':>8}{'events/s':>10}{'skew p50 ms':>13}"
+            f"{'skew p99 ms':>13}{'ratio':>7}{'delay p99 ms':>14}{'cpu max':>9}"
         )
         for n in (int(x) for x in args.levels.split(",")):
             ref = asyncio.run(_reference(url, n, args.seconds, tokens))
@@ -113,12 +122,13 @@ def main() -> None:
                 f"{'asyncio httpx':<18}{n:>8}{ref['events_per_s']:>10.0f}"
                 f"{ref['skew_p50_ms']:>13.2f}{ref['skew_p99_ms']:>13.2f}{'':>7}"
             )
-            for workers in (1, 2):
+            for workers in (int(w) for w in args.workers.split(",")):
                 r = locust_run(url, n, workers, args.seconds, tokens)
                 ratio = r["events_per_s"] / ref["events_per_s"] if ref["events_per_s"] else 0
                 print(
                     f"{f'locust {workers} worker':<18}{n:>8}{r['events_per_s']:>10.0f}"
                     f"{r['skew_p50_ms']:>13.2f}{r['skew_p99_ms']:>13.2f}{ratio:>7.2f}"
+                    f"{r['delay_p99_ms']:>14.1f}{r['cpu_max']:>9.0%}"
                 )
 
 
