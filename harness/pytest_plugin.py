@@ -166,9 +166,8 @@ def _run_config(config: pytest.Config):
             cfg = load_config(config.getoption("config"), sets)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
-        if cfg.load.workers == "auto":
+        if cfg.load.workers == "auto":  # (the config keeps "auto": each load is sized)
             config.stash[sizing_key] = _size_load(cfg, config.getoption("target"))
-            cfg.load.workers = config.stash[sizing_key].workers
         config.stash[config_key] = cfg
     return config.stash[config_key]
 
@@ -291,6 +290,8 @@ def scenario(request, rollcheck_config, target, run_dir, progress):
     # sends nothing (harness/dryrun.py)
     load = DryRunLoad.factory(target) if cfg.kube.dry_run else LoadRun
     sc = Scenario(request.node.name, kind, cfg, target, run_dir, progress, load_factory=load)
+    if sizing_key in request.config.stash:
+        sc.load_workers = request.config.stash[sizing_key].workers
     if calibration is not None:
         sc.extras["calibration"] = calibration.as_dict()
     try:

@@ -92,6 +92,8 @@ class Scenario:
         self.progress = progress or Progress(name, cfg.ui.progress_every_s)
         self.progress.target = target
         self.load: LoadRun | None = None
+        # load.workers: auto, as the session sized it for its engine (else LoadRun sizes it)
+        self.load_workers: int | None = None
         self.victims: list[str] = []
         self.victim_in_flight: dict[str, int] = {}
         self.t_recovered: float | None = None
@@ -116,6 +118,8 @@ class Scenario:
     def steady_state(self, in_flight: int | None = None, **load_overrides) -> None:
         """Start the load, let it warm up, wait for streams in flight."""
         settings = dataclasses.replace(self.cfg.load, **load_overrides)
+        if settings.workers == "auto" and self.load_workers is not None:
+            settings = dataclasses.replace(settings, workers=self.load_workers)
         if self.cfg.scenario.warm_requests:
             longest = max(share.tokens for share in settings.prompt_tokens)
             self.target.warm_engines(self.cfg.scenario.warm_requests, settings.model, longest)
