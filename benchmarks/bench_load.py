@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 
 from harness import client_delay
+from harness.config.load import LoadSettings, Share
 from harness.load import LoadRun
 from harness.proc import free_port, running_sim
 from harness.sim.settings import SimSettings
 from harness.streams import Thresholds
 from harness.streams.summary import percentile
-from loadgen.settings import LoadSettings, Share
 
 
 def locust_run(url: str, users: int, workers: int, seconds: float, tokens: int) -> dict:

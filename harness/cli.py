@@ -202,9 +202,9 @@ def _load(sub: argparse._SubParsersAction) -> None:
 
     def run(ns: argparse.Namespace) -> int:
         from harness.config import apply_sets, build, load_yaml
+        from harness.config.load import LoadSettings
         from harness.load import LoadError, LoadRun
         from harness.streams.summary import count_outcomes
-        from loadgen.settings import LoadSettings
 
         data = apply_sets(load_yaml(ns.config) if ns.config else {}, ns.set)
         unknown = sorted(set(data) - {"load", "slo"})

@@ -23,13 +23,13 @@ import httpx
 import loadgen
 from harness.client import http_get, http_post
 from harness.config import ConfigError
+from harness.config.load import LoadSettings, web_ui_address
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
 from harness.load_sizing import Sizing, size
 from harness.proc import free_port, kill_group
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import hold, wait_until
-from loadgen.settings import LoadSettings, web_ui_address
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
 

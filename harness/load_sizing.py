@@ -114,11 +114,11 @@ def measure_budget(seconds: float = 4.0, streams: int = 32, tokens_s: float = 10
     """Token events a second one Locust process reads using TARGET_CPU of a core here:
     `streams` streams of `tokens_s` tokens a second from a local simulator (a pace where
     each event is its own read, as from an engine), its events over its CPU seconds."""
+    from harness.config.load import LoadSettings, Share
     from harness.load import LoadRun
     from harness.proc import free_port, running_sim
     from harness.sim.settings import SimSettings
     from harness.streams import Thresholds
-    from loadgen.settings import LoadSettings, Share
 
     sim = SimSettings(port=free_port(), ttft_s=0.0, itl_s=1.0 / tokens_s, max_num_seqs=4096)
     settings = LoadSettings(

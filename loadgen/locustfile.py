@@ -30,12 +30,13 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from harness import client_delay
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
+from harness.config.load import LoadSettings
 from harness.files import open_append, write_atomic
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamObserver, StreamRecord, Thresholds
 from harness.waits import wait_until
-from loadgen.settings import LoadSettings, auth_headers, draw, prompt_text
+from loadgen.settings import auth_headers, draw, prompt_text
 
 FLUSH_S = 0.25
 LIVE_STREAMS = 200  # per worker, in its live status: the streams in flight that end last

@@ -21,6 +21,9 @@ TARGETS = [
 ]
 
 CONTRACTS = [
+    # the config reads every section, the load's too, and reaches up into nothing that
+    # runs a load or a target
+    ("harness.config.schema", ["loadgen", "harness.load", "harness.cluster", "locust", "httpx"]),
     # the independent judge: the simulator loads nothing of the stream judge
     ("harness.sim.app", ["harness.streams", "harness.checks", "harness.verdict"]),
     # the verdict layer and its checks are pure: nothing of cluster/ (the targets sit

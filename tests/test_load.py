@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from harness.config import ConfigError, build
+from harness.config.load import LoadSettings, Share
 from harness.load import LoadError, LoadRun
 from harness.streams import Thresholds
-from loadgen.settings import LoadSettings, Share
 
 pytestmark = pytest.mark.process
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness import load_sizing as LS
 from harness.config import ConfigError, build
-from loadgen.settings import LoadSettings, Share
+from harness.config.load import LoadSettings, Share
 
 
 def never():

@@ -489,9 +489,9 @@ def test_the_gateway_names_each_streams_pod_while_it_streams(target_factory, tmp
     """rollcheck's nginx names the serving pod at a stream's first byte, so the load's
     live status says which pod holds which stream and, at the stream's own pace, when it
     should end: a drain picks its victim by that (scenario.busiest_pod(past_prestop=True))."""
+    from harness.config.load import LoadSettings, Share
     from harness.load import LoadRun
     from harness.streams import Thresholds
-    from loadgen.settings import LoadSettings, Share
 
     t = target_factory(replicas=2)
     # 150-token answers at the simulator's 20 ms a token: about 3 s each

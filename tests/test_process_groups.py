@@ -52,9 +52,9 @@ def test_nginx_workers_are_ended_when_the_master_died_first(tmp_path):
 
 
 def test_locust_is_ended_when_its_master_or_a_worker_died_first(sim_factory, tmp_path):
+    from harness.config.load import LoadSettings, Share
     from harness.load import LoadRun
     from harness.streams import Thresholds
-    from loadgen.settings import LoadSettings, Share
 
     sim = sim_factory(itl_s=0.02)
     settings = LoadSettings(users=2, workers=2, max_tokens=[Share(20)], stop_timeout_s=0.5)

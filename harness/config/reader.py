@@ -3,7 +3,7 @@ overrides. A wrong key or value is one ConfigError line that names the key and t
 
 The schema is beside it, harness/config/schema.py (`RunConfig`, for `rollcheck up`,
 the load and the scenarios); its `load:` and `engine:` sections are the load's and the
-simulator's own settings classes (loadgen/settings.py, harness/sim/settings.py).
+simulator's own settings classes (harness/config/load.py, harness/sim/settings.py).
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import rollout_math
+from harness.config.load import LoadSettings
 from harness.config.reader import ConfigError, apply_sets, build, is_secret, load_yaml
 from harness.engines.startup import STALL_S
 from harness.sim.settings import SimSettings
 from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
-from loadgen.settings import LoadSettings
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
 
