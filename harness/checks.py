@@ -37,9 +37,12 @@ from harness.verdict import (
 )
 
 __all__ = [
+    "BUSY_CPU",
     "ENGINE_CORE_ERROR",
+    "PERIOD_MS",
+    "SATURATED",
     "SHUTDOWN_500",
-    "client_kept_up",
+    "TARGET_CPU",
     "accounting",
     "broken",
     "canary_answers",
@@ -47,6 +50,7 @@ __all__ = [
     "check_accounting",
     "check_all_complete",
     "check_ttft_slo",
+    "client_kept_up",
     "engine_counts_agree",
     "gateway_clean",
     "goodput",
@@ -64,13 +68,16 @@ __all__ = [
     "other_pods_untouched",
     "recovery_time",
     "rollout_duration_for",
+    "saturated",
     "scaled_to_zero",
     "scaler_did_not_fight",
+    "settle_client_kept_up",
     "shared_checks",
     "slo_budget_for",
     "starts_without_restarts",
     "ttft_recovers_after_step",
     "ttft_slo_budget",
+    "workers_advice",
 ]
 
 ENGINE_CORE_ERROR = "EngineCore encountered an issue"

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -21,9 +22,10 @@ from pathlib import Path
 import httpx
 
 import loadgen
+from harness import load_sizing
 from harness.client import http_get, http_post
 from harness.config import ConfigError
-from harness.config.load import LoadSettings, web_ui_address
+from harness.config.load import LoadSettings, Share, web_ui_address
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
 from harness.load_sizing import Sizing, size
@@ -105,7 +107,7 @@ class LoadRun:
             raise ConfigError(f"load: {exc}") from None
         self.sizing: Sizing | None = None
         if settings.workers == "auto":  # (a scenario's were sized for its engine already)
-            self.sizing = size(settings, None, "", local_target=False)
+            self.sizing = size(settings, None, "", local_target=False, measure=measure_budget)
             settings = replace(settings, workers=self.sizing.workers)
         self.url = url.rstrip("/")
         self.run_dir = Path(run_dir)
@@ -394,3 +396,46 @@ class LoadRun:
             self.close()
         elif self.result is None:
             self.stop()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_budget(seconds: float = 4.0, streams: int = 32, tokens_s: float = 100.0) -> float:
+    """Token events a second one Locust process reads here using half a core (TARGET_CPU):
+    `streams` streams of `tokens_s` tokens a second from a local simulator (a pace where
+    each event is its own read, as from an engine), its events over its CPU seconds."""
+    from harness.proc import running_sim
+    from harness.sim.settings import SimSettings
+
+    sim = SimSettings(port=free_port(), ttft_s=0.0, itl_s=1.0 / tokens_s, max_num_seqs=4096)
+    settings = LoadSettings(
+        users=streams,
+        spawn_rate=1000,
+        workers=0,
+        max_tokens=[Share(int(tokens_s * 2))],
+        stop_timeout_s=0.5,
+    )
+    with running_sim(sim) as url, tempfile.TemporaryDirectory() as folder:
+        run = LoadRun(url, Path(folder), settings, Thresholds(30))
+        run.start()
+        try:
+            run.wait_until_in_flight(streams, timeout_s=30)
+            cpu0, t0 = _cpu_seconds(run.master.pid), time.time()
+            time.sleep(seconds)
+            cpu = _cpu_seconds(run.master.pid) - cpu0
+        finally:
+            result = run.stop()
+    # the events of the window, as the streams' share of it (each stream's events spread
+    # evenly over its life)
+    t1 = t0 + seconds
+    events = 0.0
+    for r in result.records:
+        if r.events and r.duration_s > 0:
+            overlap = min(r.ended_at, t1) - max(r.sent_at, t0)
+            events += r.events * max(0.0, overlap) / r.duration_s
+    if cpu <= 0 or events <= 0:
+        raise RuntimeError(f"the load read {events:.0f} events using {cpu:.2f} CPU seconds")
+    return events / cpu * load_sizing.TARGET_CPU

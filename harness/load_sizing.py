@@ -4,7 +4,7 @@ A worker is one process on one core: past what it can read, every stream it hold
 for it and the latency it records is partly its own (harness/client_delay.py). The load
 asks for about users x the engine's tokens a second (a `rate` load: arrivals a second x
 the answer's tokens); a worker's budget is what it reads using half a core, measured on
-this machine once (`measure_budget`: a real Locust process reading a simulator's streams
+this machine once (harness.load.measure_budget: a real Locust process reading a simulator's streams
 at a realistic pace, its events over its CPU seconds) and cached. Auto then starts as
 many workers as that takes, up to the cores this process may use (less one on the local
 target, whose engines share the machine): one process when one is enough, as before.
@@ -21,8 +21,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 # below this, one worker keeps up on any machine rollcheck runs on (the slowest measured:
@@ -105,54 +103,9 @@ def write_budget(value: float) -> None:
         pass  # a cache that cannot be written is measured again next time
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def measure_budget(seconds: float = 4.0, streams: int = 32, tokens_s: float = 100.0) -> float:
-    """Token events a second one Locust process reads using TARGET_CPU of a core here:
-    `streams` streams of `tokens_s` tokens a second from a local simulator (a pace where
-    each event is its own read, as from an engine), its events over its CPU seconds."""
-    from harness.config.load import LoadSettings, Share
-    from harness.load import LoadRun
-    from harness.proc import free_port, running_sim
-    from harness.sim.settings import SimSettings
-    from harness.streams import Thresholds
-
-    sim = SimSettings(port=free_port(), ttft_s=0.0, itl_s=1.0 / tokens_s, max_num_seqs=4096)
-    settings = LoadSettings(
-        users=streams,
-        spawn_rate=1000,
-        workers=0,
-        max_tokens=[Share(int(tokens_s * 2))],
-        stop_timeout_s=0.5,
-    )
-    with running_sim(sim) as url, tempfile.TemporaryDirectory() as folder:
-        run = LoadRun(url, Path(folder), settings, Thresholds(30))
-        run.start()
-        try:
-            run.wait_until_in_flight(streams, timeout_s=30)
-            cpu0, t0 = _cpu_seconds(run.master.pid), time.time()
-            time.sleep(seconds)
-            cpu = _cpu_seconds(run.master.pid) - cpu0
-        finally:
-            result = run.stop()
-    # the events of the window, as the streams' share of it (each stream's events spread
-    # evenly over its life)
-    t1 = t0 + seconds
-    events = 0.0
-    for r in result.records:
-        if r.events and r.duration_s > 0:
-            overlap = min(r.ended_at, t1) - max(r.sent_at, t0)
-            events += r.events * max(0.0, overlap) / r.duration_s
-    if cpu <= 0 or events <= 0:
-        raise RuntimeError(f"the load read {events:.0f} events using {cpu:.2f} CPU seconds")
-    return events / cpu * TARGET_CPU
-
-
-def budget(measure=measure_budget) -> tuple[float, str]:
-    """A worker's budget here, and where it came from."""
+def budget(measure) -> tuple[float, str]:
+    """A worker's budget here, and where it came from (measure: harness.load's
+    measure_budget, when none is cached)."""
     cached = read_budget()
     if cached is not None:
         return cached, f"measured on this machine before ({cache_file()})"
@@ -161,9 +114,10 @@ def budget(measure=measure_budget) -> tuple[float, str]:
     return value, "measured now, on this machine"
 
 
-def size(load, tokens_s: float | None, pace: str, local_target: bool, measure=None) -> Sizing:
+def size(load, tokens_s: float | None, pace: str, local_target: bool, measure) -> Sizing:
     """The workers for `load` (its workers: auto). tokens_s: a stream's tokens a second,
-    None when not known (ASSUMED_TOKENS_S); pace says where it came from."""
+    None when not known (ASSUMED_TOKENS_S); pace says where it came from; measure: what
+    measures a worker's budget when none is cached (harness.load.measure_budget)."""
     if tokens_s is None or tokens_s <= 0:
         tokens_s, pace = ASSUMED_TOKENS_S, "assumed (a fast GPU engine's 20 ms between tokens)"
     demand = expected_events_s(load, tokens_s)
@@ -178,7 +132,7 @@ def size(load, tokens_s: float | None, pace: str, local_target: bool, measure=No
     if demand <= NO_NEED_EVENTS_S:
         return Sizing(0, f"load: one Locust process; {asks}, within any worker's budget")
     try:
-        each, source = budget(measure or measure_budget)
+        each, source = budget(measure)
     except Exception as exc:  # (a load that cannot start says so itself, when it runs)
         why = f"{type(exc).__name__}: {exc}"[:200]
         return Sizing(

@@ -175,13 +175,14 @@ def _run_config(config: pytest.Config):
 def _size_load(cfg, target: str):
     """load.workers: auto, for this session's engine: the simulator's pace is its
     engine.itl_s on the local target; elsewhere it is not known here."""
+    from harness.load import measure_budget
     from harness.load_sizing import size
 
     local = target == "local"
     if local and cfg.engine.kind == "sim" and cfg.engine.itl_s:
         pace = f"from the simulator's engine.itl_s ({cfg.engine.itl_s:g} s)"
-        return size(cfg.load, 1.0 / cfg.engine.itl_s, pace, local_target=True)
-    return size(cfg.load, None, "", local_target=local)
+        return size(cfg.load, 1.0 / cfg.engine.itl_s, pace, True, measure_budget)
+    return size(cfg.load, None, "", local, measure_budget)
 
 
 def _session_dir(config: pytest.Config) -> Path:

@@ -22,7 +22,7 @@ def never():
 
 @pytest.mark.unit
 def test_a_small_load_is_one_process_without_measuring():
-    s = LS.size(LoadSettings(users=8), 50.0, "the simulator's", local_target=True, measure=never)
+    s = LS.size(LoadSettings(users=8), 50.0, "the simulator's", True, never)
     assert s.workers == 0 and "about 400 events/s" in s.why and "one Locust process" in s.why
 
 
@@ -78,7 +78,9 @@ def test_workers_is_auto_or_a_count(value, ok):
 @pytest.mark.process
 def test_a_workers_budget_is_measured_here_from_a_real_load(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    each, source = LS.budget()
+    from harness.load import measure_budget
+
+    each, source = LS.budget(measure_budget)
     # one Locust process at half a core: thousands of events/s on any machine it runs on
     assert 500 < each < 100_000 and source == "measured now, on this machine"
     cached = json.loads((tmp_path / "rollcheck" / "load-budget.json").read_text())
