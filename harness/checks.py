@@ -12,11 +12,13 @@ Hints name the likely misconfiguration, from what the engines really do
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from harness.client_delay import PERIOD_S
+from harness.load_sizing import TARGET_CPU
 from harness.podspec import window_s
 from harness.streams import Outcome, StreamRecord
 from harness.timeline import replicas_writer
@@ -42,7 +44,6 @@ __all__ = [
     "PERIOD_MS",
     "SATURATED",
     "SHUTDOWN_500",
-    "TARGET_CPU",
     "accounting",
     "broken",
     "canary_answers",
@@ -1316,9 +1317,8 @@ def ttft_recovers_after_step(d: RunData, window_s: float = 1.0) -> CheckResult:
 
 PERIOD_MS = round(PERIOD_S * 1000)
 # a worker busier than this share of its core is the bottleneck itself; advice sizes the
-# load so that each worker would run at about half of it
+# load so that each worker would run at TARGET_CPU, as load.workers: auto sizes it
 BUSY_CPU = 0.8
-TARGET_CPU = 0.5
 
 
 def _ms(seconds: float) -> str:
@@ -1337,7 +1337,7 @@ def workers_advice(lagged: dict[str, dict], d: RunData) -> str:
     n = max(1, int((d.client_delay or {}).get("all", {}).get("workers") or 1))
     cpu = max((s.get("cpu_max") or 0.0 for s in lagged.values()), default=0.0)
     if cpu >= BUSY_CPU:
-        need = max(n + 1, -(-int(n * cpu * 100) // int(TARGET_CPU * 100)))
+        need = max(n + 1, math.ceil(n * cpu / TARGET_CPU))
         return (
             f"the load needed about {need} workers (load.workers: {need}; it ran {n}, each "
             f"using up to {cpu:.0%} of a core)"
@@ -1395,8 +1395,7 @@ def client_kept_up(d: RunData) -> CheckResult:
         observed,
         expected,
         population,
-        reason=f"{saturated(lagged, d)}; a latency budget that holds or breaks within "
-        "the client's own delay is not judged",
+        reason=saturated(lagged, d),
     )
 
 
@@ -1414,8 +1413,10 @@ def settle_client_kept_up(results: list[CheckResult]) -> None:
         if r is not mine and r.status == Status.INCONCLUSIVE and SATURATED in (r.reason or "")
     ]
     if turned:
-        mine.reason = f"{mine.reason.split('; a latency budget')[0]}; {', '.join(turned)} "
-        mine.reason += "could not be judged: the budget holds or breaks within that delay"
+        mine.reason += (
+            f"; {', '.join(turned)} could not be judged: the budget holds or breaks within "
+            "that delay"
+        )
         return
     mine.status = Status.PASS
     mine.observed = dict(mine.observed) | {

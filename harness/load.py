@@ -22,13 +22,12 @@ from pathlib import Path
 import httpx
 
 import loadgen
-from harness import load_sizing
 from harness.client import http_get, http_post
 from harness.config import ConfigError
 from harness.config.load import LoadSettings, Share, web_ui_address
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
-from harness.load_sizing import Sizing, size
+from harness.load_sizing import TARGET_CPU, Sizing, size
 from harness.proc import free_port, kill_group
 from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
 from harness.waits import hold, wait_until
@@ -438,4 +437,4 @@ def measure_budget(seconds: float = 4.0, streams: int = 32, tokens_s: float = 10
             events += r.events * max(0.0, overlap) / r.duration_s
     if cpu <= 0 or events <= 0:
         raise RuntimeError(f"the load read {events:.0f} events using {cpu:.2f} CPU seconds")
-    return events / cpu * load_sizing.TARGET_CPU
+    return events / cpu * TARGET_CPU

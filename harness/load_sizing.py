@@ -23,6 +23,8 @@ import platform
 import sys
 from pathlib import Path
 
+from harness.files import write_atomic
+
 # below this, one worker keeps up on any machine rollcheck runs on (the slowest measured:
 # about 4,000 events/s at half a core, docs/facts.md): no measurement
 NO_NEED_EVENTS_S = 1500.0
@@ -96,10 +98,8 @@ def write_budget(value: float) -> None:
             data = {}
         data = data if isinstance(data, dict) else {}
         data[machine_key()] = round(value)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-    except OSError:
+        write_atomic(path, json.dumps(data, indent=1))
+    except OSError:  # (a link there too: UnsafeDestination is an OSError)
         pass  # a cache that cannot be written is measured again next time
 
 

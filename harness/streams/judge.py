@@ -310,7 +310,7 @@ def _wrong_type(obj: dict) -> str | None:
     return None if _usual(obj) else _first_wrong_type(obj)
 
 
-_T = (str, type(None))
+_T = _TEXT[0]
 
 
 def _usual(obj: dict) -> bool:
