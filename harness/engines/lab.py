@@ -344,6 +344,22 @@ def wait_queued(engine: Engine, running: Reader, queued: Reader, timeout_s: floa
     )
 
 
+def most_waiting_until_ended(engine: Engine, reader: Reader, timeout_s: float = 120) -> float:
+    """The most requests the engine's own gauges counted waiting while `reader` streamed
+    (until it ended, or `timeout_s`): whether a request was queued past the engine's limit
+    stays on the gauge for as long as the answer ahead of it runs. A /metrics that does not
+    answer within 2 s is skipped: it says nothing either way."""
+    most, deadline = 0.0, time.monotonic() + timeout_s
+    while reader.end is None and time.monotonic() < deadline:
+        try:
+            most = max(most, gauges(engine, timeout_s=2)[1])
+        except httpx.TimeoutException:
+            pass
+        time.sleep(0.1)
+    reader.join(max(0.0, deadline - time.monotonic()))
+    return most
+
+
 def wait_idle(engine: Engine, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while gauges(engine) != (0, 0):
