@@ -86,7 +86,51 @@ CASES = {
         env=[{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "40"}],
         resources={"limits": {"memory": "32Gi", "nvidia.com/gpu": 1}},
     ),
+    "RC020": lambda o: o.extend(preemptible_work()),
 }
+
+
+def preemptible_work(value: int = 1000) -> list[dict]:
+    """A PriorityClass and a training Job under it: priorities in use beside the engine."""
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+          "metadata": {"name": "batch"}, "value": value}  # fmt: skip
+    pod = {"priorityClassName": "batch", "restartPolicy": "Never",
+           "containers": [{"name": "train", "image": "trainer:1"}]}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"template": {"spec": pod}}}  # fmt: skip
+    return [pc, job]
+
+
+@pytest.mark.unit
+def test_rc020_engine_pods_below_or_beside_preemptible_work():
+    """No class while a training Job has one: trips, naming it. A class above the Job's
+    clears it; one equal to it trips, naming the Job; the system's own classes, which every
+    cluster has, are not preemptible work."""
+
+    def findings(objs):
+        text = yaml.safe_dump_all(objs)
+        return [
+            f for f in lint(parse_documents(text, "m.yaml"), LintOptions()) if f.rule == "RC020"
+        ]
+
+    (f,) = findings(mutate(lambda o: o.extend(preemptible_work())))
+    assert "name no PriorityClass (priority 0)" in f.why and "batch" in f.why, f.why
+
+    def engine_class(value):
+        def fn(o):
+            o[0]["spec"]["template"]["spec"]["priorityClassName"] = "inference"
+            o.extend(preemptible_work())
+            o.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                      "metadata": {"name": "inference"}, "value": value})  # fmt: skip
+
+        return fn
+
+    assert findings(mutate(engine_class(2000))) == []
+    (f,) = findings(mutate(engine_class(1000)))
+    assert "inference (1000) is not above Job/train's batch (1000)" in f.why, f.why
+    system = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+              "metadata": {"name": "system-cluster-critical"}, "value": 2000000000}  # fmt: skip
+    assert findings(mutate(lambda o: o.append(system))) == []
 
 
 @pytest.mark.unit

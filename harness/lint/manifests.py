@@ -207,6 +207,16 @@ def pod_spec(m: Manifest) -> dict:
     return node if isinstance(node, dict) else {}
 
 
+def _pods_of(m: Manifest) -> dict:
+    """The pod spec a workload of any kind runs (a Pod's own, a CronJob's Job template's,
+    else spec.template.spec), or {}."""
+    path = {"Pod": ("spec",), "CronJob": ("spec", "jobTemplate", "spec", "template", "spec")}
+    node = m.obj
+    for key in path.get(m.kind, ("spec", "template", "spec")):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
 def _printable(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
@@ -376,6 +386,10 @@ class Index:
         self.targets: dict[tuple[str, str, object], list] = {}
         self.ingresses: dict[tuple[str, str], list] = {}
         self.service_names: dict[tuple[str, str], Manifest] = {}
+        # PriorityClasses by name (the system's own left out: every cluster has them) ->
+        # (value, globalDefault); and the workloads whose pods name a class
+        self.priority_classes: dict[str, tuple[float, bool]] = {}
+        self.priority_users: list[tuple[Manifest, str]] = []
         for pos, m in enumerate(manifests):
             spec = m.obj.get("spec")
             spec = spec if isinstance(spec, dict) else {}
@@ -384,6 +398,7 @@ class Index:
                 name = m.obj["metadata"].get("name")
                 if isinstance(name, str):
                     self.service_names.setdefault((ns, name), m)
+            self._priority(m)
             if kind in ("PodDisruptionBudget", "Service"):
                 match = _match_labels(spec.get("selector"))
                 if match:
@@ -397,6 +412,18 @@ class Index:
             elif kind == "Ingress" and _is_ingress_nginx(m):
                 for svc in _ingress_services(m):
                     self.ingresses.setdefault((ns, svc), []).append((pos, m))
+
+    def _priority(self, m: Manifest) -> None:
+        meta = m.obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if m.kind == "PriorityClass":
+            if isinstance(name, str) and not name.startswith("system-"):
+                value = number(str(m.obj.get("value", 0))) or 0.0
+                self.priority_classes[name] = (value, m.obj.get("globalDefault") is True)
+            return
+        used = _pods_of(m).get("priorityClassName")
+        if isinstance(used, str) and used and not used.startswith("system-"):
+            self.priority_users.append((m, used))
 
     def selecting(self, ns: str, kind: str, labels: dict) -> list[Manifest]:
         """The kind's objects in ns whose selector matches these pod labels, in file order."""

@@ -619,3 +619,50 @@ def memory_below_kv_cache(d: Deployment) -> Iterator[Finding]:
             "raise limits.memory above the KV cache space plus the weights and the "
             "server's own memory, or lower VLLM_CPU_KVCACHE_SPACE",
         )
+
+
+@rule("RC020", "warning", "engine pods outrank the preemptible work beside them")
+def below_preemptible_work(d: Deployment) -> Iterator[Finding]:
+    """A PodDisruptionBudget does not stop a preemption: the scheduler takes a pod of a
+    lower priority when a higher one needs its node (its GPUs), and goes past the PDB when
+    no other victim frees enough. Where the objects beside the Deployment show priorities
+    in use (PriorityClasses of the cluster's own, workloads that name one), an engine pod
+    at priority 0, or at or below another workload's class, is the first to go."""
+    classes, users = d.index.priority_classes, d.index.priority_users
+    others = [(m, c) for m, c in users if m is not d.m]
+    if not classes and not others:
+        return  # nothing says priorities are in use here
+    default = max((v for v, is_default in classes.values() if is_default), default=0.0)
+    own = d.pod.get("priorityClassName")
+    value = classes.get(own, (None, False))[0] if own else default
+    above = [(m, c, classes[c][0]) for m, c in others if c in classes]
+    if value is not None:
+        above = [(m, c, v) for m, c, v in above if v >= value]
+    elif own:
+        return  # its class's value is not among these objects: nothing to compare
+    if not own:
+        named = sorted({c for _, c in others} | set(classes))
+        yield d.finding(
+            "RC020",
+            "warning",
+            "spec.template.spec.priorityClassName",
+            f"the engine pods name no PriorityClass (priority {default:g}) while "
+            f"{', '.join(named[:4])} {'is' if len(named) == 1 else 'are'} in use beside "
+            "them: a pod of a higher class that needs their node's GPUs preempts an engine "
+            "mid-answer, past its PodDisruptionBudget when no other victim frees enough",
+            "give the engine pods a PriorityClass above the preemptible work that shares "
+            "their nodes (batch, training, notebooks), and keep the preemptible work's "
+            "below it",
+        )
+    elif above:
+        m, c, v = above[0]
+        yield d.finding(
+            "RC020",
+            "warning",
+            "spec.template.spec.priorityClassName",
+            f"the engine pods' PriorityClass {own} ({value:g}) is not above {m.ref}'s "
+            f"{c} ({v:g}): that workload's pods can preempt an engine mid-answer, past its "
+            "PodDisruptionBudget when no other victim frees enough",
+            f"raise {own} above the classes of the work that may share the engines' nodes, "
+            "or give that work a class below it",
+        )

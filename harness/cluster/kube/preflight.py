@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube import access
@@ -285,6 +286,16 @@ class Preflight:
             for pdb in self.c.policy.list_namespaced_pod_disruption_budget(self.c.ns).items:
                 pobj = self.c.api.sanitize_for_serialization(pdb)
                 pobj.update(kind="PodDisruptionBudget")
+                manifests.append(lint.Manifest(pobj, "live", 1, 1))
+        except ApiException:
+            pass
+        try:  # the cluster's PriorityClasses (cluster-wide; RC020 without them where refused)
+            scheduling = client.SchedulingV1Api(self.c.api)
+            for pc in scheduling.list_priority_class().items:
+                if (pc.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "rollcheck":
+                    continue  # a preemption's own, of a run beside this one
+                pobj = self.c.api.sanitize_for_serialization(pc)
+                pobj.update(kind="PriorityClass")
                 manifests.append(lint.Manifest(pobj, "live", 1, 1))
         except ApiException:
             pass
