@@ -67,6 +67,7 @@ __all__ = [
     "no_hung_streams",
     "oom_killed_once",
     "other_pods_untouched",
+    "preemption_respects_pdb",
     "recovery_time",
     "rollout_duration_for",
     "saturated",
@@ -820,6 +821,79 @@ def oom_killed_once(d: RunData) -> CheckResult:
     return passed(name, observed=observed, expected=expected, population=population)
 
 
+def _capacity_lost(d: RunData, since: float) -> str:
+    """How the ready replicas fell below the count before `since` and for how long, from
+    the target's capacity events ("" when they never fell)."""
+    caps = [e for e in d.events if e.kind == "capacity"]
+    before = [e for e in caps if e.t < since]
+    full = before[-1].detail.get("ready") if before else None
+    if full is None:
+        return ""
+    low, t_low, t_back = full, None, None
+    for e in caps:
+        if e.t < since:
+            continue
+        ready = e.detail.get("ready", full)
+        if ready < full and t_low is None:
+            t_low = e.t
+        low = min(low, ready)
+        if t_low is not None and ready >= full:
+            t_back = e.t
+            break
+    if t_low is None:
+        return ""
+    lost = f"{full - low} of {full} replicas lost"
+    if t_back is None:
+        return f"{lost} from {t_low - since:+.2f} s, not back by the end"
+    return f"{lost} for {t_back - t_low:.1f} s (from {t_low - since:+.2f} s)"
+
+
+def preemption_respects_pdb(d: RunData) -> CheckResult:
+    """preemption: the scheduler preempted the engine's pods only as far as their
+    PodDisruptionBudget allowed at the act. A PDB does not stop a preemption (Kubernetes
+    respects it only where another victim exists): an engine that a PDB protects from
+    drains can still lose more replicas to a higher-priority pod than the budget allows.
+    Also says what capacity the preemption took and for how long."""
+    name, expected = "preemption_respects_pdb", "no more pods preempted than the PDB allowed"
+    act = next(
+        (e for e in d.events if e.kind == "action" and e.detail.get("action") == "preempt"), None
+    )
+    if act is None:
+        return inconclusive(name, expected=expected, reason="no preemption was made")
+    population = "the engine's pods at the act"
+    victims = sorted({e.pod for e in d.events if e.kind == "preempted" and e.t >= act.t - 1.0})
+    if not victims:
+        return inconclusive(
+            name, expected=expected, reason="the target showed no pod preempted by the scheduler"
+        )
+    lost = _capacity_lost(d, act.t)
+    tail = f"; {lost}" if lost else ""
+    pdb, allowed = act.detail.get("pdb"), act.detail.get("pdb_allowed")
+    observed = f"{len(victims)} preempted ({', '.join(victims)})"
+    if pdb is None:
+        why = (
+            "its PodDisruptionBudgets could not be read"
+            if act.detail.get("pdb_unreadable")
+            else "no PodDisruptionBudget selects the engine's pods"
+        )
+        return passed(
+            name, observed=f"{observed}; {why}{tail}", expected=expected, population=population
+        )
+    observed += f"; PodDisruptionBudget {pdb} allowed {allowed}{tail}"
+    if len(victims) <= allowed:
+        return passed(name, observed=observed, expected=expected, population=population)
+    return failed(
+        name,
+        observed=observed,
+        expected=expected,
+        population=population,
+        hint="the scheduler preempts past a PodDisruptionBudget when no other victim frees "
+        "what the higher-priority pod asks for: give the engine pods a PriorityClass above "
+        "the preemptible work that shares their nodes, or run more replicas than the PDB's "
+        "minAvailable so that one preemption stays within it",
+    )
+
+
 def other_pods_untouched(d: RunData) -> CheckResult:
     """pod_kill: only the streams the kill cut break (by pod, or by count without traces):
     a request that reached the dead pod after it was seen dead is judged too."""
@@ -918,6 +992,13 @@ def recovery_time(d: RunData) -> CheckResult:
     took = round(d.t_recovered - d.t_act, 2)
     population = "the target's replicas"
     acts = {e.detail.get("action"): e for e in d.events if e.kind == "action"}
+    if "preemptor_gone" in acts:  # preemption: capacity comes back once the preemptor leaves
+        gone = acts["preemptor_gone"]
+        took = round(d.t_recovered - gone.t, 2)
+        population = (
+            f"from the preemptor leaving (at {gone.t - d.t_act:+.2f} s) to the desired "
+            "replicas ready and served"
+        )
     if "kill_seen" in acts and "replacement_served" in acts:
         seen, served = acts["kill_seen"], acts["replacement_served"]
         population = (

@@ -754,6 +754,7 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
         NodeError,
         ScalersError,
     )
+    from harness.cluster.kubelocal.image import PAUSE
     from harness.engines.vllm import EngineUnavailable
 
     if not 1 <= ns.nodes <= MAX_KUBE_LOCAL_NODES:
@@ -774,6 +775,11 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
         # pod_kill's SIGKILL through the nodes' containerd (kube.kill_command)
         kill = _json.dumps(kl.kill_command())
         print(f"pod_kill: --set 'kube.kill_command={kill}'", flush=True)
+        # preemption's preemptor runs the nodes' own pause image (nothing is pulled)
+        print(
+            f"preemption: --set kube.allow_preemption=true --set kube.preemptor_image={PAUSE}",
+            flush=True,
+        )
         if kl.scalers is not None:
             print(
                 f"prometheus: {kl.scalers.prometheus_url} (KEDA's triggers' serverAddress)",

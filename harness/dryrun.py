@@ -104,6 +104,9 @@ class DryRunTarget(Target):
     def node_drain_blocker(self) -> str | None:
         return self.inner.node_drain_blocker()
 
+    def preemption_blocker(self) -> str | None:
+        return self.inner.preemption_blocker()
+
     def check_node_drain(self, node: str) -> None:
         self.inner.check_node_drain(node)
 
@@ -203,6 +206,17 @@ class DryRunTarget(Target):
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._own(name)
         self.action("delete", pod=name, grace_s=grace_s)
+
+    def preempt(self, name: str) -> None:
+        self._own(name)
+        blocker = self.inner.preemption_blocker()
+        if blocker:  # as the real act would be: SKIPPED, nothing made
+            raise CannotRun(blocker)
+        node = next((p.node for p in self.inner.pods() if p.name == name), None)
+        self.action("preempt", pod=name, node=node)
+
+    def end_preemption(self) -> None:
+        self.action("preemptor_gone")
 
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)

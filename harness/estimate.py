@@ -75,6 +75,8 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     # the local target starts its engines for each scenario; a cluster's already run
     settle = startup + 1.0 if target == "local" else 2.0
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
+    if kind == "preemption" and target == "local":  # no scheduler: SKIPPED once settled
+        return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
         warm = t.warm_requests * answer_s(cfg, 16)
         parts.append(Part("warm requests", warm, warm))
@@ -146,6 +148,19 @@ def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
                 1.0,
                 t.eviction_retry_s + t.steady_state_s,
                 "scenario.eviction_retry_s",
+            ),
+            part("recovery", startup + drain, ceiling),
+        ]
+    if kind == "preemption":
+        drain = cfg.pod.prestop_s + min(longest, cfg.engine.shutdown_timeout_s or longest)
+        return [
+            victim,
+            part("the preemption to show", 1.0, t.recovery_s),
+            part(
+                "the preemptor's hold",
+                t.preemption_hold_s,
+                t.preemption_hold_s,
+                "scenario.preemption_hold_s",
             ),
             part("recovery", startup + drain, ceiling),
         ]

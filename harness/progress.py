@@ -89,6 +89,12 @@ ACTION_LINES: dict[str, Callable] = {
     "oom_request": lambda e, d: (
         f"act: a request of {d.get('context_tokens')} tokens of context to {_pod(e)}"
     ),
+    "preempt": lambda e, d: (
+        f"act: a pod of priority {d.get('priority')} that fits only where {_pod(e)} runs "
+        f"(node {e.node or d.get('node', '?')})"
+    ),
+    "preemptor_gone": lambda e, d: "the preemptor left: the replacement may be scheduled",
+    "act_seen": lambda e, d: f"the act took effect on {_pod(e)} ({d.get('evidence')})",
     "kill_seen": lambda e, d: (
         f"the kill of {_pod(e)} took effect ({d.get('evidence')}"
         + (f", {d['reason']}" if d.get("reason") else "")
@@ -131,6 +137,7 @@ EVENT_LINES: dict[str, Callable] = {
     "sigterm": lambda e: f"SIGTERM to {_pod(e)}",
     "sigkill": lambda e: f"SIGKILL to {_pod(e)}",
     "exited": lambda e: f"the engine of {_pod(e)} exited",
+    "preempted": lambda e: f"the scheduler preempted {_pod(e)} for a pod of higher priority",
     "prestop_started": lambda e: f"preStop started on {_pod(e)}",
     "endpoint_removed": lambda e: f"endpoint of {_pod(e)} removed from the gateway",
     "eviction_refused": lambda e: f"the PodDisruptionBudget refused evicting {_pod(e)}; retrying",

@@ -23,6 +23,7 @@ KINDS = {
     "scale_to_zero": "scale an idle-looking replica to zero with a long answer in flight",
     "pod_kill": "kill a pod mid-stream (involuntary disruption)",
     "oom_kill": "one request's context crosses an engine's memory limit: OOMKilled mid-stream",
+    "preemption": "a pod of a higher priority takes an engine pod's accelerators (kube only)",
     "scale_up": "a load step while new replicas start",
     "scale_down": "remove one of several replicas while one decodes a long answer",
     "startup": "roll out a version that starts slower than the liveness window",

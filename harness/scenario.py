@@ -22,6 +22,7 @@ from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig, Strategy
 from harness.engine_counts import EngineCounts
 from harness.engine_logs import served_by
+from harness.events import Event
 from harness.files import write_atomic
 from harness.gateway_logs import (
     attach_errors,
@@ -258,33 +259,57 @@ class Scenario:
         else:
             self.target.kill_pod(pod, self.kill_signal)
 
-        def dead():
-            evidence = self.target.events()
+        how = (
+            f"a request of {self.cfg.scenario.oom_context_tokens} tokens of context"
+            if by == "memory"
+            else self.cfg.scenario.kill_signal
+        )
+        self.confirm(
+            f"the kill of {pod} ({how})",
+            V.DEAD_EVIDENCE,
+            [pod],
+            since=t_kill,
+            seen_as="kill_seen",
+            none="the target showed no exit, restart or removal of its engine",
+        )
+
+    def confirm(
+        self,
+        what: str,
+        kinds: tuple[str, ...] | set[str],
+        pods: list[str],
+        since: float,
+        seen_as: str = "act_seen",
+        none: str = "",
+    ) -> Event:
+        """Wait until the target shows the act took effect on one of `pods` (an event of
+        one of `kinds` from `since`, less a second of clock slack), for scenario.recovery_s;
+        the evidence goes on the timeline as the action `seen_as`. Not seen, the run stops
+        there (INCONCLUSIVE, or FAIL if a stream broke), saying `none`."""
+
+        def seen() -> Event | None:
             return next(
                 (
                     e
-                    for e in evidence
-                    if e.pod == pod and e.kind in V.DEAD_EVIDENCE and e.t >= t_kill - 1.0
+                    for e in self.target.events()
+                    if e.pod in pods and e.kind in kinds and e.t >= since - 1.0
                 ),
                 None,
             )
 
         timeout = self.cfg.scenario.recovery_s
-        seen = self.wait_for(dead, timeout, f"the kill of {pod} to show")
-        if seen is None:
-            how = (
-                f"a request of {self.cfg.scenario.oom_context_tokens} tokens of context"
-                if by == "memory"
-                else self.cfg.scenario.kill_signal
-            )
+        evidence = self.wait_for(seen, timeout, f"{what} to show")
+        if evidence is None:
             self.inconclusive(
-                f"the kill of {pod} ({how}) was not seen to take effect within "
-                f"scenario.recovery_s ({timeout:g} s): the target showed no exit, restart or "
-                "removal of its engine",
+                f"{what} was not seen to take effect within scenario.recovery_s "
+                f"({timeout:g} s)" + (f": {none}" if none else ""),
                 stage="disruption",
             )
-        said = {k: seen.detail[k] for k in ("code", "reason") if seen.detail.get(k) is not None}
-        self.target.action("kill_seen", pod=pod, evidence=seen.kind, t=seen.t, **said)
+        said = {
+            k: evidence.detail[k] for k in ("code", "reason") if evidence.detail.get(k) is not None
+        }
+        self.target.action(seen_as, pod=evidence.pod, evidence=evidence.kind, t=evidence.t, **said)
+        return evidence
 
     def evict(self, pod: str) -> None:
         """Evict through the PDB, retrying its refusals for scenario.eviction_retry_s."""
@@ -688,6 +713,11 @@ class Scenario:
         self.progress.phase(f"cool-down: {seconds:g} s more of load")
         self._sleep(seconds, "the cool-down")
 
+    def hold(self, seconds: float, what: str) -> None:
+        """Keep the load running while `what` lasts (a phase line says so)."""
+        self.progress.phase(f"{what}: {seconds:g} s")
+        self._sleep(seconds, what)
+
     def _sleep(self, seconds: float, what: str = "time to pass") -> None:
         """Let time pass with the load on (ended early if the load dies)."""
         if self.load is not None:
@@ -704,9 +734,13 @@ class Scenario:
 
     def require_node_drain(self) -> None:
         """Before acting: SKIPPED if this target may not drain a node."""
-        blocker = self.target.node_drain_blocker()
+        self.require("drain a node", self.target.node_drain_blocker())
+
+    def require(self, what: str, blocker: str | None) -> None:
+        """Before acting: SKIPPED, saying why, when the target cannot do `what` (`blocker`:
+        the reason a target's own *_blocker() gave, or None)."""
         if blocker:
-            self.skip(f"cannot drain a node here: {blocker}")
+            self.skip(f"cannot {what} here: {blocker}")
 
     def require_autoscaler(self) -> None:
         """Before acting (scale_to_zero): SKIPPED if there is no scaler to hand over to, or

@@ -24,6 +24,7 @@ DISRUPTIVE_ACTIONS = {
     "scale_down",
     "kill",
     "oom_request",
+    "preempt",
     "delete",
     "autoscaler",
     "load_step",

@@ -20,7 +20,7 @@ from tests.chart import CHART, KUBE_VERSIONS, ROOT, objects_of, render, run_helm
 pytestmark = pytest.mark.process
 
 TARGET = {"target.deployment": "vllm", "target.gatewayUrl": "http://gw.example:80"}
-# the twelve scenario runs, as the nightly selects them (kind, parameters)
+# the thirteen scenario runs, as the nightly selects them (kind, parameters)
 EVERY_RUN = [
     ("test_rollout[surge1-unavail0]", "rollout", {"max_surge": 1, "max_unavailable": 0}),
     ("test_rollout[surge2-unavail1]", "rollout", {"max_surge": 2, "max_unavailable": 1}),
@@ -29,6 +29,7 @@ EVERY_RUN = [
     ("test_drain[node]", "drain", {}),
     ("test_pod_kill", "pod_kill", {}),
     ("test_oom_kill", "oom_kill", {}),
+    ("test_preemption", "preemption", {}),
     ("test_scale_to_zero", "scale_to_zero", {}),
     ("test_scale_up", "scale_up", {}),
     ("test_scale_down", "scale_down", {}),
@@ -102,6 +103,7 @@ def test_the_default_config_is_the_gpu_profile_with_the_target_set_over_it():
         deployment="vllm",
         gateway_url="http://gw.example:80",
         allow_node_drain=False,
+        allow_preemption=False,
     )
     assert config["load"] == profile["load"]  # no key, no workers: the profile's own load
 
@@ -238,3 +240,27 @@ def test_every_pod_is_admitted_by_pod_security_restricted():
         "0.0.0.0",
         5557,
     )
+
+
+def test_preemption_is_opt_in_and_its_roles_grant_what_it_asks():
+    """rbac.preemption: a ClusterRole for the run's PriorityClass and the node's free
+    accelerators, a Role for the preemptor pod in the target's namespace, and
+    kube.allow_preemption in the config; each row the target asks before acting granted."""
+    from harness.cluster.kube.preemption import ASKED
+
+    assert not [
+        r
+        for r in objects_of(render(TARGET), "ClusterRole")
+        if "preemption" in r["metadata"]["name"]
+    ]
+    docs = render({**TARGET, "rbac.preemption": "true"}, namespace="team-c")
+    (cluster,) = objects_of(docs, "ClusterRole")
+    (own,) = [r for r in objects_of(docs, "Role") if r["metadata"]["name"].endswith("preemptor")]
+    assert own["metadata"]["namespace"] == "team-c"
+    for verb, resource, group, namespaced in ASKED:
+        rules = own["rules"] if namespaced else cluster["rules"]
+        assert granted(rules, verb, group, resource, None), (verb, resource)
+    (binding,) = [b for b in objects_of(docs, "ClusterRoleBinding")]
+    assert binding["roleRef"]["name"] == cluster["metadata"]["name"]
+    (cm,) = objects_of(docs, "ConfigMap")
+    assert yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]["allow_preemption"] is True

@@ -221,6 +221,22 @@ class Target(abc.ABC):
         if blocker:
             raise TargetError(f"cannot drain node {node}: {blocker}")
 
+    def preemption_blocker(self) -> str | None:
+        """Why an engine pod cannot be preempted here, or None. Preemption is the
+        scheduler's: a target without one (the local target) cannot."""
+        return (
+            f"the {self.name} target has no scheduler: preemption is kube-scheduler's, run "
+            "it with --target kube (kube-local runs the real one)"
+        )
+
+    def preempt(self, name: str) -> None:
+        """preemption's act: a pod of a higher priority that fits only where `name` runs."""
+        raise CannotRun(self.preemption_blocker() or "preemption is not supported here")
+
+    def end_preemption(self) -> None:
+        """The preemptor leaves (and its PriorityClass): the victim's replacement can run."""
+        return None
+
     def scaler(self) -> str:
         """Who decides the replica count in the scale scenarios: "cluster" (the
         workload's own HPA or ScaledObject) or "harness" (rollcheck plays the scaler, the

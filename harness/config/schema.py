@@ -254,6 +254,9 @@ class ScenarioTiming:
     # directly, which its memory limit must not hold (the simulator holds
     # memory_mb_per_1k_tokens for each 1000)
     oom_context_tokens: int = 400_000
+    # preemption: how long the preemptor holds the victim's accelerators (the victim's
+    # replacement waits Pending meanwhile) before it leaves
+    preemption_hold_s: float = 10.0
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
     # how long the scaler takes to see a change (its metrics scrape and its polling): scale_up
@@ -290,6 +293,12 @@ class Kube:
     gateway_pods_namespace: str = "ingress-nginx"
     gateway_pods_selector: str | None = None  # e.g. app.kubernetes.io/name=ingress-nginx
     allow_node_drain: bool = False  # cordon + evict touches a node other workloads share
+    # preemption: a pod of a higher PriorityClass (made for the run) takes every free
+    # accelerator on the victim's node: it may preempt any pod there of the engine's
+    # priority or lower, so opt in
+    allow_preemption: bool = False
+    # the preemptor's image: it only holds the accelerators (kube-local: its own pause)
+    preemptor_image: str = "registry.k8s.io/pause:3.10"
     dry_run: bool = False  # print every action instead of taking it
     image: str | None = None  # rollout image, "{version}" replaced, e.g. vllm/vllm-openai:{version}
     # who decides the replica count in the scale scenarios: cluster (the Deployment's own

@@ -44,6 +44,7 @@ MARKED_EVENTS = {
     "exited": "#424242",
     "endpoint_removed": "#0277bd",
     "signal": "#b71c1c",
+    "preempted": "#8e24aa",
 }
 MAX_POINTS = 20_000  # streams drawn; beyond that, complete ones are sampled
 W, LEFT, RIGHT = 1100, 170, 20

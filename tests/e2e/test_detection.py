@@ -586,6 +586,16 @@ def test_a_drains_victim_holds_a_stream_past_its_preStop(tmp_path):
     assert check["status"] == "pass" and "streams in flight at SIGTERM" in check["population"]
 
 
+def test_preemption_on_the_local_target_is_skipped_saying_why(tmp_path):
+    """Preemption is kube-scheduler's: the local target has none, so the scenario is
+    SKIPPED before its load, saying where it runs."""
+    proc, (summary,) = run_scenarios(tmp_path, "preemption")
+    assert summary["verdict"] == "skipped", summary
+    assert "the local target has no scheduler" in summary["reason"], summary["reason"]
+    assert "--target kube" in summary["reason"]
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
+
+
 def test_an_oom_kill_without_a_memory_limit_is_skipped_saying_why(tmp_path):
     """No limit, nothing to cross: SKIPPED before the request, with the reason."""
     proc, (summary,) = run_scenarios(tmp_path, "oom_kill", "pod.memory_limit_mb=null")

@@ -79,7 +79,8 @@ def _cluster_state() -> str:
 
 
 def sim_objects(**changes) -> list[dict]:
-    """deploy/sim with changes to the Deployment: replicas, args, grace, preStop, pdb_min."""
+    """deploy/sim with changes to the Deployment: replicas, args, grace, preStop, pdb_min,
+    gpus."""
     objs = copy.deepcopy(SIM)
     dep, _svc, pdb = objs
     spec = dep["spec"]
@@ -93,6 +94,8 @@ def sim_objects(**changes) -> list[dict]:
         pod["terminationGracePeriodSeconds"] = changes["grace"]
     if "prestop" in changes:
         c["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", str(changes["prestop"])]
+    if "gpus" in changes:  # each pod's nvidia.com/gpu (the nodes advertise gpus_per_node)
+        c["resources"]["limits"]["nvidia.com/gpu"] = str(changes["gpus"])
     if "pdb_min" in changes:
         pdb["spec"]["minAvailable"] = changes["pdb_min"]
     return objs

@@ -32,8 +32,10 @@ from tests.scenario_runs import check_exit, run_scenarios
 def deployed(kube_local, namespace):
     """deploy/sim (opted in) in a fresh namespace, served by an ingress."""
 
-    def make(replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck", args=(), ready_s=60):
-        objs = sim_objects(replicas=replicas, pdb_min=pdb_min, args=list(args))
+    def make(
+        replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck", args=(), ready_s=60, gpus=1
+    ):
+        objs = sim_objects(replicas=replicas, pdb_min=pdb_min, args=list(args), gpus=gpus)
         if not opt_in:
             del objs[0]["metadata"]["labels"][OPT_IN]
         kube_local.apply_objects(objs, namespace)
@@ -957,6 +959,155 @@ def test_an_oom_kill_on_real_kubelets_is_the_kernels_and_the_container_says_oomk
     assert exited["detail"]["code"] == 137, exited
     assert acts["replacement_served"]["pod"] == victim  # restarted in place, and serving
     cut_at_once(records, victim, act["t"], exited["t"] + 1.0)  # ended with the engine
+
+
+PREEMPTION = ("kube.allow_preemption=true", "kube.preemptor_image=localhost/rollcheck/pause:1")
+
+
+def no_other_gpu_pod(kube_local, namespace: str) -> bool:
+    """No pod of an earlier test holds GPUs (their namespaces end after them): a pod that
+    ends during the act would free GPUs that let the preemptor fit without preempting."""
+    pods = client.CoreV1Api(kube_local.api).list_pod_for_all_namespaces().items
+    return not any(
+        p.metadata.namespace != namespace
+        and any(
+            (c.resources and c.resources.limits or {}).get("nvidia.com/gpu")
+            for c in p.spec.containers
+        )  # fmt: skip
+        for p in pods
+    )
+
+
+def preemption_timeline(events: list[dict], acts: dict) -> dict:
+    """Seconds from the act to each step the cluster showed (for the closing note)."""
+    t0 = acts["preempt"]["t"]
+    victim = acts["act_seen"]["pod"]
+    first = lambda kind, **kw: next(  # noqa: E731
+        (e["t"] - t0 for e in events if e["kind"] == kind
+         and all(e.get(k) == v or e["detail"].get(k) == v for k, v in kw.items())), None)  # fmt: skip
+    return {
+        "preempted": first("preempted", pod=victim),
+        "endpoint_removed": first("endpoint_removed", pod=victim),
+        "pod_removed": first("pod_removed", pod=victim),
+        "preemptor_gone": acts["preemptor_gone"]["t"] - t0,
+        "recovered": acts["recovered"]["t"] - t0 if "recovered" in acts else None,
+    }
+
+
+def test_a_preemption_by_the_real_scheduler_drains_the_victim_and_passes(
+    kube_local, namespace, deployed, tmp_path
+):
+    """preemption on kube-local: a pod of a higher PriorityClass asks for the victim's node's
+    free GPUs (none) and the victim's own; kube-scheduler preempts the engine pod (DisruptionTarget
+    PreemptionByScheduler), its streams in flight finish within its grace period, the
+    replacement waits Pending until the preemptor leaves, then serves: PASS, with the PDB
+    (2 replicas, minAvailable 1) allowing the one preemption. The preemptor and its
+    PriorityClass are gone after the run. Each pod asks for a node's 64 GPUs: the cluster
+    is full, as the GPU clusters preemption happens on are (with room elsewhere the
+    replacement runs there at once)."""
+    wait_for(lambda: no_other_gpu_pod(kube_local, namespace), 90, "earlier tests' pods to end")
+    ingress = deployed(gpus=kube_local.gpus)
+    r, summary, events, records, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", *PREEMPTION,
+        "scenario.recovery_s=60", kind="preemption",
+    )  # fmt: skip
+    print("preemption timeline (s from the act):", preemption_timeline(events, acts))
+    assert summary["verdict"] == "pass", (not_passing(summary), r.stdout[-2000:])
+    assert acts["act_seen"]["detail"]["evidence"] == "preempted"
+    victim = acts["act_seen"]["pod"]
+    (pdb,) = [c for c in summary["checks"] if c["name"] == "preemption_respects_pdb"]
+    assert "allowed 1" in pdb["observed"] and victim in pdb["observed"], pdb
+    # the victim's streams in flight at the act ended complete: a graceful termination
+    at_act = [x for x in records if x["pod"] == victim
+              and x["sent_at"] < acts["preempt"]["t"] < x["sent_at"] + x["duration_s"]]  # fmt: skip
+    assert at_act and all(x["outcome"] == "complete" for x in at_act), at_act
+    # the replacement could not run before the preemptor left
+    replacement = next(
+        e for e in events if e["kind"] == "ready" and e["t"] > acts["act_seen"]["t"]
+        and e["pod"] != victim
+    )  # fmt: skip
+    assert replacement["t"] > acts["preemptor_gone"]["t"], preemption_timeline(events, acts)
+    prio = client.SchedulingV1Api(kube_local.api).list_priority_class().items
+    assert not [p for p in prio if p.metadata.name.startswith("rollcheck-preemptor")]
+    pods = client.CoreV1Api(kube_local.api).list_namespaced_pod(namespace).items
+    assert not [p for p in pods if "preemptor" in p.metadata.name]
+
+
+def test_a_preemption_past_the_pdb_is_named_and_fails(kube_local, namespace, deployed, tmp_path):
+    """The same preemption of an engine whose PodDisruptionBudget allows no disruption
+    (minAvailable 2 of 2): the scheduler preempts it anyway (the only pod on the node it
+    can take), and preemption_respects_pdb FAILs naming the PDB."""
+    ingress = deployed(pdb_min=2)
+    wait_pdb_healthy(kube_local, namespace, 2)
+    wait_for(lambda: no_other_gpu_pod(kube_local, namespace), 90, "earlier tests' pods to end")
+    r, summary, events, _, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", *PREEMPTION,
+        "scenario.recovery_s=60", kind="preemption",
+    )  # fmt: skip
+    print("preemption timeline (s from the act):", preemption_timeline(events, acts))
+    assert summary["verdict"] == "fail", (not_passing(summary), r.stdout[-2000:])
+    (pdb,) = [c for c in summary["checks"] if c["name"] == "preemption_respects_pdb"]
+    assert pdb["status"] == "fail" and "rollcheck-sim allowed 0" in pdb["observed"], pdb
+
+
+def test_an_interrupted_preemption_leaves_nothing_after_kube_restore(
+    kube_local, namespace, deployed, tmp_path
+):
+    """The harness dies while its preemptor holds the node: the restore note named the
+    preemptor and its PriorityClass before they were made, and `rollcheck kube-restore`
+    removes both (the next run is no longer refused)."""
+    deployed()
+    t = target_for(kube_local, namespace, tmp_path, None, *PREEMPTION)
+    t.start()
+    assert t.preemption_blocker() is None
+    victim = next(p.name for p in t.pods() if p.ready)
+    t.preempt(victim)
+    made = t.shared.preemptor
+    scheduling = client.SchedulingV1Api(kube_local.api)
+    assert scheduling.read_priority_class(made["priority_class"]).value >= 1
+    client.CoreV1Api(kube_local.api).read_namespaced_pod(made["pod"], namespace)
+    for w in t.watches.watches:  # the harness dies here: no close(), no restore
+        w.stop()
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
+         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"removed preemptor pod {made['pod']}" in r.stdout, r.stdout
+    assert f"removed PriorityClass {made['priority_class']}" in r.stdout, r.stdout
+    names = [p.metadata.name for p in scheduling.list_priority_class().items]
+    assert made["priority_class"] not in names
+
+    def pod_gone() -> bool:
+        pods = client.CoreV1Api(kube_local.api).list_namespaced_pod(namespace).items
+        return made["pod"] not in [p.metadata.name for p in pods]
+
+    wait_for(pod_gone, 30, "the preemptor pod to go")
+    t2 = target_for(kube_local, namespace, tmp_path)
+    t2.start()  # no restore pending
+    t2.close()
+
+
+def test_preemption_is_skipped_without_the_opt_in_and_nothing_is_made(
+    kube_local, namespace, deployed, tmp_path
+):
+    """A preemptor takes a node's accelerators for every workload on it: without
+    kube.allow_preemption the scenario is SKIPPED before the load, saying how to allow it."""
+    ingress = deployed()
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "preemption",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+    assert summary["verdict"] == "skipped", summary
+    assert "kube.allow_preemption=true" in summary["reason"], summary["reason"]
+    assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
+    prio = client.SchedulingV1Api(kube_local.api).list_priority_class().items
+    assert not [p for p in prio if p.metadata.name.startswith("rollcheck-preemptor")]
 
 
 def test_a_pod_kill_fails_a_deployment_whose_engine_restarts_slower_than_the_recovery_budget(

@@ -43,7 +43,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The run's config: .Values.config with the target's values over it. */}}
 {{- define "rollcheck.config" -}}
 {{- $config := deepCopy .Values.config -}}
-{{- $kube := dict "namespace" (include "rollcheck.targetNamespace" .) "deployment" .Values.target.deployment "gateway_url" .Values.target.gatewayUrl "allow_node_drain" .Values.rbac.nodeDrain -}}
+{{- $kube := dict "namespace" (include "rollcheck.targetNamespace" .) "deployment" .Values.target.deployment "gateway_url" .Values.target.gatewayUrl "allow_node_drain" .Values.rbac.nodeDrain "allow_preemption" .Values.rbac.preemption -}}
 {{- if .Values.rbac.gatewayLogs.selector -}}
 {{- $_ := set $kube "gateway_pods_namespace" (.Values.rbac.gatewayLogs.namespace | default (include "rollcheck.targetNamespace" .)) -}}
 {{- $_ := set $kube "gateway_pods_selector" .Values.rbac.gatewayLogs.selector -}}

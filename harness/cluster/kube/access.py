@@ -12,7 +12,8 @@ Reads the target can do without (the Services that name the engine's port, the J
 deadline, free GPUs, the gateway's logs) are asked where they are used, and said there;
 writes to a scaler (an HPA held, a ScaledObject paused) are granted by name (the chart's
 target.hpas and target.scaledObjects) and refused in one line when acting; node drains
-are asked by node_drain_blocker.
+are asked by node_drain_blocker, and preemption's cluster-wide rows by its own blocker
+(preemption.ASKED).
 """
 
 from __future__ import annotations

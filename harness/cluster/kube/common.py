@@ -262,6 +262,9 @@ class Shared:
     # HPAs held (selectPolicy Disabled, min/max around the count): name -> their spec and
     # managedFields before; Actions.hold_hpas records, hand_back and the restore put back
     hpa_held: dict = field(default_factory=dict)
+    # preemption: the preemptor pod and its PriorityClass made (names); Preemption.start
+    # writes it, its end() and the restore clear it
+    preemptor: dict | None = None
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import RESTORE, Cluster, Shared, _message, connect
+from harness.cluster.kube.preemption import Preemption
 from harness.cluster.target import TargetError
 from harness.config.schema import RunConfig
 from harness.events import EventLog
@@ -37,7 +38,10 @@ class Restore:
     def mark_pending(self) -> None:
         """Write (or rewrite) what to put back before changing anything."""
         self.s.marked = True
-        note = json.dumps(self.s.original | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held})
+        note = json.dumps(
+            self.s.original
+            | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held, "preemptor": self.s.preemptor}
+        )
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
     def put_back_hpas(self) -> list[str]:
@@ -48,6 +52,10 @@ class Restore:
                 done.append(f"HorizontalPodAutoscaler {name} as it was")
             del self.s.hpa_held[name]
         return done
+
+    def remove_preemptor(self) -> list[str]:
+        """preemption's pod and PriorityClass, if they are still there."""
+        return [f"removed {what}" for what in Preemption(self.c, self.s, self.mark_pending).end()]
 
     def restore(self) -> list[str]:
         """Put back replicas, the pod template, the strategy, cordons, KEDA pauses and the
@@ -95,6 +103,7 @@ class Restore:
             done.append(f"unpaused ScaledObject {so}")
             s.keda_paused.remove(so)
         done += self.put_back_hpas()
+        done += self.remove_preemptor()
         self.release()  # the count is the cluster's scalers' again
         c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         c.emit("restored", what=done)
@@ -136,6 +145,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             | {k: orig[k] for k in ("paused", "minReadySeconds") if k in orig},
             cordoned=list(orig.get("cordoned", [])),
             hpa_held=dict(orig.get("hpas", {})),
+            preemptor=orig.get("preemptor"),
             keda_paused=c.scaled_objects(),
         )
         try:

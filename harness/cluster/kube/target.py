@@ -16,6 +16,7 @@ from kubernetes import client
 from harness.cluster.kube.actions import Actions
 from harness.cluster.kube.common import Cluster, Shared, connect, engine_of, prestop_s
 from harness.cluster.kube.pods import PodAccess
+from harness.cluster.kube.preemption import Preemption
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import HARNESS_MANAGER, ScalerObserver
@@ -58,6 +59,7 @@ class KubeTarget(Target):
         self.restorer: Restore | None = None
         self.actions: Actions | None = None
         self.access: PodAccess | None = None
+        self.preemption: Preemption | None = None
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -72,6 +74,7 @@ class KubeTarget(Target):
         self.restorer = Restore(c, s, self.scaling.release)
         self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)
         self.access = PodAccess(c, s, self.auth_headers)
+        self.preemption = Preemption(c, s, self.restorer.mark_pending)
         dep = self.preflight.check()
         self.preflight.engine(dep)
         self.preflight.lint(dep)
@@ -175,6 +178,9 @@ class KubeTarget(Target):
     def node_drain_blocker(self) -> str | None:
         return self.preflight.node_drain_blocker()
 
+    def preemption_blocker(self) -> str | None:
+        return self.preemption.blocker()
+
     def free_gpus(self) -> tuple[int, int] | None:
         return self.preflight.free_gpus()
 
@@ -243,6 +249,14 @@ class KubeTarget(Target):
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self.actions.delete_pod(name, grace_s)
+
+    def preempt(self, name: str) -> None:
+        self.check_own_pod(name)
+        self.preemption.start(name)
+
+    def end_preemption(self) -> None:
+        removed = self.preemption.end()
+        self.action("preemptor_gone", removed=removed)
 
     # --- the workload's own scalers ------------------------------------------------
     def workload_scalers(self) -> list[str]:

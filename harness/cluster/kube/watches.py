@@ -20,6 +20,7 @@ from harness.cluster.kube.common import (
     engine_status,
     prestop_s,
 )
+from harness.cluster.kube.preemption import preempted
 from harness.cluster.kube.scaling import ScalerObserver
 from harness.cluster.target import PodView, TargetError
 from harness.files import open_append
@@ -259,6 +260,9 @@ class Watches:
                 t=start + min(prestop, grace),
                 estimated=True,
             )
+        hit = preempted(pod)
+        if hit is not None and (old is None or preempted(old) is None):
+            emit("preempted", pod=name, node=node, version=version, t=hit[0], message=hit[1][:300])
         ended = _termination(pod, self.s.engine)
         if ended is not None and old is not None and _termination(old, self.s.engine) != ended:
             restarts = _restarts(pod, self.s.engine)
