@@ -62,6 +62,7 @@ __all__ = [
     "killed_streams_fail_fast",
     "long_answer_finishes",
     "long_answer_survives_scale_down",
+    "lost_node_routing",
     "no_abort_after_sigterm",
     "no_broken_streams",
     "no_hung_streams",
@@ -230,12 +231,16 @@ def no_broken_streams(d: RunData) -> CheckResult:
 
 
 def no_hung_streams(d: RunData) -> CheckResult:
-    bad = [r for r in d.records if r.outcome == Outcome.HUNG]
+    """No stream hung; except, after a node's loss, those it cut: a node that lost power
+    sends no RST, so its streams can only hang until the client gives up (judged by
+    lost_node_routing and the budgets, not here)."""
+    lost = any(e.kind == "node_lost" for e in d.events)
+    bad = [r for r in d.records if r.outcome == Outcome.HUNG and not (lost and d.struck(r))]
     return judged(
         "no_hung_streams",
         d.records,
         bad,
-        "streams in the run",
+        "streams in the run" + (", less those in flight on the lost node" if lost else ""),
         hint=_HINTS[Outcome.HUNG],
         empty="no request was sent",
     )
@@ -248,6 +253,11 @@ _DEAD_POD_HINT = (
     "upstream to retry on. Keep a second replica, and let the gateway retry a refused "
     "connect on another upstream (nginx proxy_next_upstream error)"
 )
+
+
+def _cut_by(d: RunData) -> str:
+    """What cut the victims' streams, as the accounts name it: a kill, or a node's loss."""
+    return "the node's loss" if any(e.kind == "node_lost" for e in d.events) else "the kill"
 
 
 def gateway_clean(d: RunData) -> CheckResult:
@@ -276,7 +286,7 @@ def gateway_clean(d: RunData) -> CheckResult:
         # reached the dead pod afterwards may not)
         theirs = {r.request_id for r in d.records if d.struck(r)}
         lines = [a for a in lines if a.request_id not in theirs]
-        population += f", {len(d.access) - len(lines)} of them cut by the kill left out"
+        population += f", {len(d.access) - len(lines)} of them cut by {_cut_by(d)} left out"
     observed = {str(s): sum(a.status == s for a in lines) for s in _GATEWAY_BAD}
     premature = [a for a in lines if any("prematurely closed" in e for e in a.errors)]
     observed["upstream_prematurely_closed"] = len(premature)
@@ -821,6 +831,73 @@ def oom_killed_once(d: RunData) -> CheckResult:
     return passed(name, observed=observed, expected=expected, population=population)
 
 
+def lost_node_routing(d: RunData) -> CheckResult:
+    """node_loss: how long the gateway went on sending new requests to the lost node's pods.
+    A node that lost power answers nothing, so a request routed to it waits for a
+    connection that never comes (nginx's connect timeout, 60 s by default) before a retry
+    elsewhere, or hangs: until the node controller marks the node (40-50 s) and the
+    endpoints go, unless the gateway stops sooner (a short connect timeout with a retry on
+    another upstream, passive health checks, outlier detection). Every upstream the
+    gateway tried is read from its log (nginx lists each retry)."""
+    name = "lost_node_routing"
+    expected = f"none later than +{d.lost_node_routing_s:g} s after the loss"
+    act = next(
+        (e for e in d.events if e.kind == "action" and e.detail.get("action") == "node_loss"),
+        None,
+    )
+    if act is None or d.t_act is None:
+        return inconclusive(name, expected=expected, reason="no node was lost")
+    node = act.node or act.detail.get("node")
+    lost = set(act.detail.get("pods") or [])
+    addresses = {
+        e.detail["address"] for e in d.events
+        if e.kind == "pod_created" and e.pod in lost and e.detail.get("address")
+    }  # fmt: skip
+    if d.gateway_logs is None or not d.access:
+        return inconclusive(
+            name,
+            expected=expected,
+            reason="no gateway log: the upstreams a request was sent to cannot be told "
+            "(give kube.gateway_log_files or kube.gateway_pods_selector)",
+        )
+    if not addresses:
+        return inconclusive(name, expected=expected, reason=f"no address of {node}'s pods was seen")
+    after = [
+        ln for ln in d.access
+        if ln.start_t >= act.t and set(ln.tried or [ln.upstream_addr]) & addresses
+    ]  # fmt: skip
+    removed = [
+        e.t - act.t for e in d.events if e.kind == "endpoint_removed" and e.pod in lost and e.t >= act.t
+    ]  # fmt: skip
+    gone = f"; its endpoints removed at +{max(removed):.1f} s" if removed else ""
+    population = f"{sum(1 for ln in d.access if ln.start_t >= act.t)} gateway lines after the loss"
+    if not after:
+        return passed(
+            name, observed=f"no request sent to {node}'s pods after the loss{gone}",
+            expected=expected, population=population,
+        )  # fmt: skip
+    last = max(ln.start_t for ln in after) - act.t
+    answered = sum(1 for ln in after if ln.status < 400 and ln.upstream_addr not in addresses)
+    observed = (
+        f"{len(after)} requests sent to {node}'s pods after the loss, the last at "
+        f"+{last:.1f} s ({answered} then answered from another upstream){gone}"
+    )
+    if last <= d.lost_node_routing_s:
+        return passed(name, observed=observed, expected=expected, population=population)
+    return failed(
+        name,
+        observed=observed,
+        expected=expected,
+        population=population,
+        hint="the gateway kept sending requests to a node that answers nothing until the "
+        "node controller marked it (node-monitor-grace-period, 40-50 s): give it a short "
+        "connect timeout and a retry on another upstream (nginx proxy_connect_timeout 1-2 s "
+        "with proxy_next_upstream error timeout; ingress-nginx proxy-connect-timeout), "
+        "passive health checks or outlier detection, and let clients retry a request that "
+        "got no first byte",
+    )
+
+
 def _capacity_lost(d: RunData, since: float) -> str:
     """How the ready replicas fell below the count before `since` and for how long, from
     the target's capacity events ("" when they never fell)."""
@@ -919,7 +996,7 @@ def other_pods_untouched(d: RunData) -> CheckResult:
             hint = _DEAD_POD_HINT
         elif bad:
             hint = "streams on pods that were not disturbed broke: " + hint_for_outcomes(bad)
-        return judged(name, others, bad, "streams the kill did not cut", hint=hint)
+        return judged(name, others, bad, f"streams {_cut_by(d)} did not cut", hint=hint)
     if metric and not d.any_traced:
         return passed(
             name,

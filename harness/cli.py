@@ -775,6 +775,13 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
         # pod_kill's SIGKILL through the nodes' containerd (kube.kill_command)
         kill = _json.dumps(kl.kill_command())
         print(f"pod_kill: --set 'kube.kill_command={kill}'", flush=True)
+        # node_loss: a node's power, off and on again
+        off, on = (_json.dumps(kl.power_command(how)) for how in ("off", "on"))
+        print(
+            f"node_loss: --set 'kube.node_loss_command={off}' "
+            f"--set 'kube.node_return_command={on}'",
+            flush=True,
+        )
         # preemption's preemptor runs the nodes' own pause image (nothing is pulled)
         print(
             f"preemption: --set kube.allow_preemption=true --set kube.preemptor_image={PAUSE}",

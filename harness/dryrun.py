@@ -107,6 +107,9 @@ class DryRunTarget(Target):
     def preemption_blocker(self) -> str | None:
         return self.inner.preemption_blocker()
 
+    def node_loss_blocker(self) -> str | None:
+        return self.inner.node_loss_blocker()
+
     def check_node_drain(self, node: str) -> None:
         self.inner.check_node_drain(node)
 
@@ -217,6 +220,16 @@ class DryRunTarget(Target):
 
     def end_preemption(self) -> None:
         self.action("preemptor_gone")
+
+    def lose_node(self, node: str) -> None:
+        blocker = self.inner.node_loss_blocker()
+        if blocker:
+            raise CannotRun(blocker)
+        pods = [p.name for p in self.inner.pods() if p.node == node and not p.terminating]
+        self.action("node_loss", node=node, pods=pods)
+
+    def return_node(self, node: str, timeout_s: float = 60.0) -> None:
+        self.action("node_returned", node=node)
 
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)

@@ -75,7 +75,7 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     # the local target starts its engines for each scenario; a cluster's already run
     settle = startup + 1.0 if target == "local" else 2.0
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
-    if kind == "preemption" and target == "local":  # no scheduler: SKIPPED once settled
+    if kind in ("preemption", "node_loss") and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
         warm = t.warm_requests * answer_s(cfg, 16)
@@ -163,6 +163,13 @@ def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
                 "scenario.preemption_hold_s",
             ),
             part("recovery", startup + drain, ceiling),
+        ]
+    if kind == "node_loss":
+        return [
+            victim,
+            part("the cluster to see the loss", 45.0, t.recovery_s),
+            part("recovery elsewhere", startup + 30.0, ceiling),
+            part("the node's return", 5.0, 60.0, None),
         ]
     if kind in ("pod_kill", "oom_kill"):
         return [

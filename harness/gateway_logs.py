@@ -34,6 +34,8 @@ class GatewayLine:
     connection: int | None = None
     errors: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # Envoy's response flags (UC, UR, DC, ...)
+    # every upstream tried, in order (nginx lists each retry); [] where the format says one
+    tried: list[str] = field(default_factory=list)
 
     @property
     def start_t(self) -> float:
@@ -64,6 +66,13 @@ def _last(value: str | None) -> str | None:
     return None if last == "-" else last
 
 
+def _tried(value: str | None) -> list[str]:
+    """Every upstream nginx tried ("a, b : c": b and c after a), without the "-"s."""
+    if not value:
+        return []
+    return [a.strip() for a in re.split(r", | : ", value.strip()) if a.strip() not in ("", "-")]
+
+
 def parse_json_line(line: str) -> GatewayLine:
     d = json.loads(line)
     if "response_code" in d and "start_time" in d:
@@ -73,6 +82,7 @@ def parse_json_line(line: str) -> GatewayLine:
         status=int(d["status"]),
         upstream_addr=_last(d.get("upstream_addr")),
         upstream_status=_last(d.get("upstream_status")),
+        tried=_tried(d.get("upstream_addr")),
         body_bytes_sent=int(d.get("body_bytes_sent", 0)),
         request_time_s=float(d.get("request_time", 0)),
         end_t=float(d["time"]),
@@ -177,6 +187,7 @@ def parse_upstreaminfo_line(line: str) -> GatewayLine:
         status=int(m["status"]),
         upstream_addr=_last(m["upstream_addr"]),
         upstream_status=_last(m["upstream_status"].strip()),
+        tried=_tried(m["upstream_addr"]),
         body_bytes_sent=int(m["body_bytes_sent"]),
         request_time_s=float(m["request_time"]),
         end_t=end,

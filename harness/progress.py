@@ -94,6 +94,14 @@ ACTION_LINES: dict[str, Callable] = {
         f"(node {e.node or d.get('node', '?')})"
     ),
     "preemptor_gone": lambda e, d: "the preemptor left: the replacement may be scheduled",
+    "node_loss": lambda e, d: (
+        f"act: node {e.node or d.get('node', '?')} stops as a power loss would "
+        f"({len(d.get('pods') or [])} engine pods on it)"
+    ),
+    "node_returned": lambda e, d: f"node {e.node or d.get('node', '?')} is back",
+    "node_not_back": lambda e, d: (
+        f"node {e.node or d.get('node', '?')} not Ready {d.get('waited_s')} s after it came back"
+    ),
     "act_seen": lambda e, d: f"the act took effect on {_pod(e)} ({d.get('evidence')})",
     "kill_seen": lambda e, d: (
         f"the kill of {_pod(e)} took effect ({d.get('evidence')}"
@@ -138,6 +146,13 @@ EVENT_LINES: dict[str, Callable] = {
     "sigkill": lambda e: f"SIGKILL to {_pod(e)}",
     "exited": lambda e: f"the engine of {_pod(e)} exited",
     "preempted": lambda e: f"the scheduler preempted {_pod(e)} for a pod of higher priority",
+    "node_not_ready": lambda e: (
+        f"node {e.node} {e.detail.get('status')}: {e.detail.get('reason') or 'no reason given'}"
+    ),
+    "node_ready": lambda e: f"node {e.node} Ready",
+    "node_taints": lambda e: (
+        f"node {e.node} tainted: {', '.join(e.detail.get('taints') or []) or 'none'}"
+    ),
     "prestop_started": lambda e: f"preStop started on {_pod(e)}",
     "endpoint_removed": lambda e: f"endpoint of {_pod(e)} removed from the gateway",
     "eviction_refused": lambda e: f"the PodDisruptionBudget refused evicting {_pod(e)}; retrying",

@@ -624,17 +624,18 @@ class Scenario:
         ):
             self.t_recovered = time.time()
 
-    def wait_recovered(self, replicas: int | None = None) -> None:
+    def wait_recovered(self, replicas: int | None = None, ignoring: tuple[str, ...] = ()) -> None:
         """Wait (up to scenario.recovery_s) for the desired replicas, ready and served; with
         scenario.startup_stall_s, for as long as a replacement's start-up progresses (up
-        to settle_s): a recovery later than recovery_s is then measured, not cut off."""
+        to settle_s): a recovery later than recovery_s is then measured, not cut off.
+        ignoring: pods not counted once terminating (a lost node's stay so until it is back)."""
         n = self.cfg.replicas if replicas is None else replicas
         self.progress.desired = n
         timing = self.cfg.scenario
         ceiling = max(timing.recovery_s, timing.settle_s) if timing.startup_stall_s else None
         try:
             self.target.wait_settled(
-                n, ceiling or timing.recovery_s, stall_s=timing.startup_stall_s
+                n, ceiling or timing.recovery_s, stall_s=timing.startup_stall_s, ignoring=ignoring
             )
             self.t_recovered = time.time()
             self.target.action("recovered", replicas=n)
@@ -887,6 +888,7 @@ class Scenario:
             victims=self.victims,
             victim_in_flight=self.victim_in_flight,
             recovery_budget_s=self.cfg.scenario.recovery_s,
+            lost_node_routing_s=self.cfg.scenario.lost_node_routing_s,
             scaler_idle_s=self.cfg.autoscaler.idle_s,
             gateway_logs=str(access_path) if logged else None,
             engine_logs=len(engine_logs),

@@ -25,6 +25,7 @@ DISRUPTIVE_ACTIONS = {
     "kill",
     "oom_request",
     "preempt",
+    "node_loss",
     "delete",
     "autoscaler",
     "load_step",

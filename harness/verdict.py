@@ -24,7 +24,8 @@ MAX_LISTED = 200  # offending request ids kept per check
 OK_OUTCOMES = (Outcome.COMPLETE, Outcome.CANCELLED)
 # a killed pod's engine, seen dead on the target: it exited (the kubelet restarts it), its
 # liveness probe gave up on it (frozen), or the pod was removed (replaced)
-DEAD_EVIDENCE = ("exited", "probe_failed", "pod_removed")
+# what shows an engine dead; node_lost: the loss of its node (node_loss), as the target ran it
+DEAD_EVIDENCE = ("exited", "probe_failed", "pod_removed", "node_lost")
 
 
 class Status(enum.StrEnum):
@@ -155,6 +156,7 @@ class RunData:
     # None: the load reported none
     client_delay: dict | None = None
     client_delay_share: float = 0.25  # slo.client_delay_share
+    lost_node_routing_s: float = 10.0  # scenario.lost_node_routing_s
 
     @property
     def client_delay_limit_s(self) -> float:

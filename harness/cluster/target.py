@@ -233,6 +233,21 @@ class Target(abc.ABC):
         """preemption's act: a pod of a higher priority that fits only where `name` runs."""
         raise CannotRun(self.preemption_blocker() or "preemption is not supported here")
 
+    def node_loss_blocker(self) -> str | None:
+        """Why a node cannot be stopped here, or None."""
+        return (
+            f"the {self.name} target runs its engines on this machine: a node's loss is "
+            "kube-local's (its nodes' bridges cut off and processes frozen) or a cluster's"
+        )
+
+    def lose_node(self, node: str) -> None:
+        """node_loss's act: `node` stops as a power loss would (no RST, its kubelet silent)."""
+        raise CannotRun(self.node_loss_blocker() or "a node's loss is not supported here")
+
+    def return_node(self, node: str, timeout_s: float = 60.0) -> None:
+        """The lost node comes back (and is Ready again within timeout_s)."""
+        return None
+
     def end_preemption(self) -> None:
         """The preemptor leaves (and its PriorityClass): the victim's replacement can run."""
         return None
@@ -401,14 +416,19 @@ class Target(abc.ABC):
         return None
 
     def wait_settled(
-        self, replicas: int, timeout_s: float = 60.0, stall_s: float | None = None
+        self,
+        replicas: int,
+        timeout_s: float = 60.0,
+        stall_s: float | None = None,
+        ignoring: tuple[str, ...] = (),
     ) -> None:
         """Exactly `replicas` pods, all ready, none terminating, the rollout done.
         stall_s: wait while the pods' start-up progresses (startup_progress), failing
-        after stall_s without progress, up to timeout_s in all."""
+        after stall_s without progress, up to timeout_s in all. ignoring: pods left out
+        once terminating (a lost node's: no kubelet is there to end them)."""
 
         def settled() -> bool:
-            pods = self.pods()
+            pods = [p for p in self.pods() if not (p.terminating and p.name in ignoring)]
             return (
                 self.rollout_done()
                 and len(pods) == replicas

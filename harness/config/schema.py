@@ -257,6 +257,9 @@ class ScenarioTiming:
     # preemption: how long the preemptor holds the victim's accelerators (the victim's
     # replacement waits Pending meanwhile) before it leaves
     preemption_hold_s: float = 10.0
+    # node_loss: how long after the loss the gateway may still send new requests to the
+    # lost node's pods (each waits for a connection that never comes, or is retried)
+    lost_node_routing_s: float = 10.0
     step_users: int = 10  # scale_up: users after the load step
     hpa_target_in_flight: float = 3.0  # scale_up: the HPA's target in-flight requests per replica
     # how long the scaler takes to see a change (its metrics scrape and its polling): scale_up
@@ -336,7 +339,21 @@ class Kube:
     # kube-local` prints its own. Unset with pod_kill: command, pod_kill is SKIPPED.
     kill_command: list[str] = field(default_factory=list)
 
+    # node_loss: argv that stops a node as a power loss would (no RST, its kubelet silent)
+    # and argv that brings it back, each item formatted with {node}: a cloud CLI, IPMI, a
+    # script of yours. `rollcheck kube-local` prints its own. Unset: node_loss is SKIPPED
+    node_loss_command: list[str] = field(default_factory=list)
+    node_return_command: list[str] = field(default_factory=list)
+
     def validate(self) -> None:
+        for key in ("node_loss_command", "node_return_command"):
+            for arg in getattr(self, key):
+                try:
+                    arg.format(node="")
+                except (KeyError, IndexError, ValueError) as exc:
+                    raise ValueError(
+                        f"kube.{key}: {arg!r} names {exc}; the one field is {{node}}"
+                    ) from None
         if self.pod_kill not in ("command", "delete"):
             raise ValueError("kube.pod_kill must be command or delete")
         for arg in self.kill_command:

@@ -45,6 +45,7 @@ MARKED_EVENTS = {
     "endpoint_removed": "#0277bd",
     "signal": "#b71c1c",
     "preempted": "#8e24aa",
+    "node_lost": "#37474f",
 }
 MAX_POINTS = 20_000  # streams drawn; beyond that, complete ones are sampled
 W, LEFT, RIGHT = 1100, 170, 20

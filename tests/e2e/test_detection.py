@@ -586,13 +586,16 @@ def test_a_drains_victim_holds_a_stream_past_its_preStop(tmp_path):
     assert check["status"] == "pass" and "streams in flight at SIGTERM" in check["population"]
 
 
-def test_preemption_on_the_local_target_is_skipped_saying_why(tmp_path):
-    """Preemption is kube-scheduler's: the local target has none, so the scenario is
-    SKIPPED before its load, saying where it runs."""
-    proc, (summary,) = run_scenarios(tmp_path, "preemption")
-    assert summary["verdict"] == "skipped", summary
-    assert "the local target has no scheduler" in summary["reason"], summary["reason"]
-    assert "--target kube" in summary["reason"]
+def test_preemption_and_node_loss_on_the_local_target_are_skipped_saying_why(tmp_path):
+    """Preemption is kube-scheduler's, and a node's loss needs nodes of its own (kube-local
+    cuts a node's bridge off and freezes it): on the local target both are SKIPPED before
+    their load, saying where they run."""
+    proc, summaries = run_scenarios(tmp_path, "preemption or node_loss")
+    reasons = {s["scenario"]: s["reason"] for s in summaries}
+    assert {s["verdict"] for s in summaries} == {"skipped"}, summaries
+    assert "the local target has no scheduler" in reasons["preemption"], reasons
+    assert "--target kube" in reasons["preemption"]
+    assert "a node's loss is kube-local's" in reasons["node_loss"], reasons
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
 
 

@@ -80,7 +80,7 @@ def _cluster_state() -> str:
 
 def sim_objects(**changes) -> list[dict]:
     """deploy/sim with changes to the Deployment: replicas, args, grace, preStop, pdb_min,
-    gpus."""
+    gpus, spread."""
     objs = copy.deepcopy(SIM)
     dep, _svc, pdb = objs
     spec = dep["spec"]
@@ -96,6 +96,12 @@ def sim_objects(**changes) -> list[dict]:
         c["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", str(changes["prestop"])]
     if "gpus" in changes:  # each pod's nvidia.com/gpu (the nodes advertise gpus_per_node)
         c["resources"]["limits"]["nvidia.com/gpu"] = str(changes["gpus"])
+    if changes.get("spread"):  # one pod a node where it can (a replacement may share)
+        term = {"labelSelector": {"matchLabels": {"app": "rollcheck-sim"}},
+                "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+        pod["affinity"] = {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}]}}  # fmt: skip
     if "pdb_min" in changes:
         pdb["spec"]["minAvailable"] = changes["pdb_min"]
     return objs

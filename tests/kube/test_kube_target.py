@@ -19,6 +19,7 @@ from harness.dryrun import kube_target
 from harness.proc import free_port
 from tests.chart import objects_of, render
 from tests.kube.conftest import (
+    is_ready,
     ready_pods,
     sim_objects,
     token_kubeconfig,
@@ -33,9 +34,12 @@ def deployed(kube_local, namespace):
     """deploy/sim (opted in) in a fresh namespace, served by an ingress."""
 
     def make(
-        replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck", args=(), ready_s=60, gpus=1
-    ):
-        objs = sim_objects(replicas=replicas, pdb_min=pdb_min, args=list(args), gpus=gpus)
+        replicas=2, pdb_min=1, opt_in=True, access_format="rollcheck", args=(), ready_s=60, gpus=1,
+        spread=False, **nginx,
+    ):  # fmt: skip
+        objs = sim_objects(
+            replicas=replicas, pdb_min=pdb_min, args=list(args), gpus=gpus, spread=spread
+        )
         if not opt_in:
             del objs[0]["metadata"]["labels"][OPT_IN]
         kube_local.apply_objects(objs, namespace)
@@ -44,7 +48,7 @@ def deployed(kube_local, namespace):
         # which follows the pods' readiness: a test reading its resourceVersion to show
         # the harness left it alone reads it once that last write is in.
         wait_for(lambda: settled(deployment(kube_local, namespace), replicas), 60, "status")
-        return kube_local.ingress("rollcheck-sim", namespace, access_format=access_format)
+        return kube_local.ingress("rollcheck-sim", namespace, access_format=access_format, **nginx)
 
     return make
 
@@ -1089,6 +1093,40 @@ def test_an_interrupted_preemption_leaves_nothing_after_kube_restore(
     t2.close()
 
 
+def test_an_interrupted_node_loss_is_brought_back_by_kube_restore(
+    kube_local, namespace, deployed, tmp_path
+):
+    """The harness dies while a node it stopped is lost (the cluster has marked it): the
+    restore note named the node before it went, and `rollcheck kube-restore` runs the
+    return command; the node is Ready again and the next run is not refused."""
+    deployed(spread=True)
+    off, on = (json.dumps(kube_local.power_command(how)) for how in ("off", "on"))
+    t = target_for(
+        kube_local, namespace, tmp_path, None,
+        f"kube.node_loss_command={off}", f"kube.node_return_command={on}",
+    )  # fmt: skip
+    t.start()
+    assert t.node_loss_blocker() is None
+    node = next(p.node for p in t.pods() if p.ready)
+    t.lose_node(node)
+    core = client.CoreV1Api(kube_local.api)
+    wait_for(lambda: not is_ready(core.read_node(node)), 60, f"{node} marked not ready")
+    t.node_loss.stop()
+    for w in t.watches.watches:  # the harness dies here: no close(), no restore
+        w.stop()
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
+         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}",
+         "--set", f"kube.node_return_command={on}"],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert r.returncode == 0 and f"node {node} brought back" in r.stdout, (r.stdout, r.stderr)
+    wait_for(lambda: is_ready(core.read_node(node)), 60, f"{node} Ready again")
+    t2 = target_for(kube_local, namespace, tmp_path)
+    t2.start()  # no restore pending
+    t2.close()
+
+
 def test_preemption_is_skipped_without_the_opt_in_and_nothing_is_made(
     kube_local, namespace, deployed, tmp_path
 ):
@@ -1108,6 +1146,88 @@ def test_preemption_is_skipped_without_the_opt_in_and_nothing_is_made(
     assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
     prio = client.SchedulingV1Api(kube_local.api).list_priority_class().items
     assert not [p for p in prio if p.metadata.name.startswith("rollcheck-preemptor")]
+
+
+def node_loss_run(kube_local, namespace, ingress, folder: Path):
+    """node_loss on kube-local with its power commands; the run's parts, and both nodes
+    found Ready again after it (the restore brought the lost one back)."""
+    off, on = (json.dumps(kube_local.power_command(how)) for how in ("off", "on"))
+    got = run_pod_kill(
+        kube_local, namespace, ingress, folder,
+        f"kube.node_loss_command={off}", f"kube.node_return_command={on}",
+        "scenario.recovery_s=150", "scenario.cool_down_s=4", kind="node_loss",
+    )  # fmt: skip
+    core = client.CoreV1Api(kube_local.api)
+    wait_for(lambda: all(is_ready(n) for n in core.list_node().items), 60, "both nodes Ready again")
+    return got
+
+
+def node_loss_timeline(events: list[dict], acts: dict) -> dict:
+    """Seconds from the loss to each step the cluster showed (for the closing note)."""
+    t0 = acts["node_loss"]["t"]
+    lost = set(acts["node_loss"]["detail"]["pods"])
+    first = lambda kinds, own=True: next(  # noqa: E731
+        (round(e["t"] - t0, 2) for e in events if e["kind"] in kinds and e["t"] >= t0
+         and (not own or e["pod"] in lost)), None)  # fmt: skip
+    return {
+        "node_not_ready": first({"node_not_ready"}, own=False),
+        "pods_unready": first({"unready"}),
+        "endpoint_removed": first({"endpoint_removed"}),
+        "node_taints": first({"node_taints"}, own=False),
+        "evicted": first({"terminating"}),
+        "replacement_ready": next(
+            (
+                round(e["t"] - t0, 2)
+                for e in events
+                if e["kind"] == "ready" and e["t"] > t0 and e["pod"] not in lost
+            ),
+            None,
+        ),  # fmt: skip
+        "recovered": round(acts["recovered"]["t"] - t0, 2) if "recovered" in acts else None,
+        "returned": round(acts["node_returned"]["t"] - t0, 2) if "node_returned" in acts else None,
+    }
+
+
+def test_a_lost_node_behind_a_gateway_that_stops_trying_it_passes(
+    kube_local, namespace, deployed, tmp_path
+):
+    """node_loss on kube-local: the busiest engine pod's node is cut off (its bridge's
+    packets dropped) and frozen (kubelet, containerd, shims, containers SIGSTOPped). The
+    streams in flight on it hang until the client's stall timeout, and are the loss's; the
+    gateway (1 s connect timeout, a retry on another upstream, max_fails 1 for 60 s) tried
+    the lost pod once or so and then no more; the node controller marks the node and its
+    pods after node-monitor-grace-period (40 s), the 30 s toleration evicts them, the
+    replacement runs on the other node: PASS. The node is back and Ready after."""
+    ingress = deployed(spread=True, connect_timeout_s=1, passive_health=(1, 60.0))
+    r, summary, events, records, acts = node_loss_run(
+        kube_local, namespace, ingress, tmp_path / "reports"
+    )
+    print("node_loss timeline (s from the loss):", node_loss_timeline(events, acts))
+    assert summary["verdict"] == "pass", (not_passing(summary), r.stdout[-2000:])
+    assert acts["act_seen"]["detail"]["evidence"] in ("unready", "terminating")
+    lost = set(acts["node_loss"]["detail"]["pods"])
+    cut = [x for x in records if x["pod"] in lost
+           and x["sent_at"] < acts["node_loss"]["t"] < x["sent_at"] + x["duration_s"]]  # fmt: skip
+    assert cut and all(x["outcome"] != "complete" for x in cut), cut
+    (routing,) = [c for c in summary["checks"] if c["name"] == "lost_node_routing"]
+    assert routing["status"] == "pass", routing
+    assert "node_returned" in acts
+
+
+def test_a_lost_node_behind_a_gateway_that_keeps_trying_it_fails(
+    kube_local, namespace, deployed, tmp_path
+):
+    """The same loss behind nginx's defaults (a 60 s connect timeout, every upstream
+    always tried): new requests go on reaching for the lost pod until its endpoint goes,
+    past scenario.lost_node_routing_s: lost_node_routing FAILs."""
+    ingress = deployed(spread=True)
+    r, summary, events, _, acts = node_loss_run(
+        kube_local, namespace, ingress, tmp_path / "reports"
+    )
+    print("node_loss timeline (s from the loss):", node_loss_timeline(events, acts))
+    assert summary["verdict"] == "fail", (not_passing(summary), r.stdout[-2000:])
+    (routing,) = [c for c in summary["checks"] if c["name"] == "lost_node_routing"]
+    assert routing["status"] == "fail" and "after the loss, the last at +" in routing["observed"]
 
 
 def test_a_pod_kill_fails_a_deployment_whose_engine_restarts_slower_than_the_recovery_budget(

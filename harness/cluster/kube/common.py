@@ -265,6 +265,8 @@ class Shared:
     # preemption: the preemptor pod and its PriorityClass made (names); Preemption.start
     # writes it, its end() and the restore clear it
     preemptor: dict | None = None
+    # node_loss: the node stopped and not yet brought back; NodeLoss writes and clears it
+    lost_node: str | None = None
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

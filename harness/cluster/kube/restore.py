@@ -9,6 +9,7 @@ from pathlib import Path
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import RESTORE, Cluster, Shared, _message, connect
+from harness.cluster.kube.nodeloss import NodeLoss
 from harness.cluster.kube.preemption import Preemption
 from harness.cluster.target import TargetError
 from harness.config.schema import RunConfig
@@ -41,6 +42,7 @@ class Restore:
         note = json.dumps(
             self.s.original
             | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held, "preemptor": self.s.preemptor}
+            | {"lost_node": self.s.lost_node}
         )
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
@@ -58,10 +60,11 @@ class Restore:
         return [f"removed {what}" for what in Preemption(self.c, self.s, self.mark_pending).end()]
 
     def restore(self) -> list[str]:
-        """Put back replicas, the pod template, the strategy, cordons, KEDA pauses and the
-        HPAs held."""
+        """Bring back a lost node; put back replicas, the pod template, the strategy,
+        cordons, KEDA pauses and the HPAs held; remove a preemptor."""
         c, s = self.c, self.s
         done: list[str] = []
+        done += NodeLoss(c, s, self.mark_pending, list).back()  # a lost node first of all
         orig = s.original
         dep = c.read_deployment()
         current_template = c.api.sanitize_for_serialization(dep.spec.template)
@@ -146,6 +149,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             cordoned=list(orig.get("cordoned", [])),
             hpa_held=dict(orig.get("hpas", {})),
             preemptor=orig.get("preemptor"),
+            lost_node=orig.get("lost_node"),
             keda_paused=c.scaled_objects(),
         )
         try:

@@ -15,6 +15,7 @@ from kubernetes import client
 
 from harness.cluster.kube.actions import Actions
 from harness.cluster.kube.common import Cluster, Shared, connect, engine_of, prestop_s
+from harness.cluster.kube.nodeloss import NodeLoss
 from harness.cluster.kube.pods import PodAccess
 from harness.cluster.kube.preemption import Preemption
 from harness.cluster.kube.preflight import Preflight
@@ -60,6 +61,7 @@ class KubeTarget(Target):
         self.actions: Actions | None = None
         self.access: PodAccess | None = None
         self.preemption: Preemption | None = None
+        self.node_loss: NodeLoss | None = None
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -75,6 +77,7 @@ class KubeTarget(Target):
         self.actions = Actions(c, s, self.restorer, self.scaling, self.pods)
         self.access = PodAccess(c, s, self.auth_headers)
         self.preemption = Preemption(c, s, self.restorer.mark_pending)
+        self.node_loss = NodeLoss(c, s, self.restorer.mark_pending, self.pods)
         dep = self.preflight.check()
         self.preflight.engine(dep)
         self.preflight.lint(dep)
@@ -93,6 +96,8 @@ class KubeTarget(Target):
             self.watches.follow_engine_logs()
 
     def close(self) -> None:
+        if self.node_loss is not None:
+            self.node_loss.stop()
         try:
             if self.shared.original is not None and self.shared.marked:
                 self.restore()
@@ -181,6 +186,9 @@ class KubeTarget(Target):
     def preemption_blocker(self) -> str | None:
         return self.preemption.blocker()
 
+    def node_loss_blocker(self) -> str | None:
+        return self.node_loss.blocker()
+
     def free_gpus(self) -> tuple[int, int] | None:
         return self.preflight.free_gpus()
 
@@ -253,6 +261,14 @@ class KubeTarget(Target):
     def preempt(self, name: str) -> None:
         self.check_own_pod(name)
         self.preemption.start(name)
+
+    def lose_node(self, node: str) -> None:
+        self.node_loss.lose(node)
+
+    def return_node(self, node: str, timeout_s: float = 60.0) -> None:
+        self.node_loss.back()
+        if not self.node_loss.wait_ready(node, timeout_s):
+            self.action("node_not_back", node=node, waited_s=timeout_s)
 
     def end_preemption(self) -> None:
         removed = self.preemption.end()

@@ -52,13 +52,16 @@ class EndpointSliceIngress:
         events: EventLog,
         delay_s: float = 0.0,
         access_format: str = "rollcheck",
+        **nginx,
     ):
+        """nginx: Nginx's own options (connect_timeout_s, passive_health)."""
         self.discovery = client.DiscoveryV1Api(api)
         self.namespace, self.service = namespace, service
         self.events = events
         self.nginx = Nginx(
-            Path(run_dir), free_port(), delay_s, 3600, events.emit, access_format=access_format
-        )
+            Path(run_dir), free_port(), delay_s, 3600, events.emit, access_format=access_format,
+            **nginx,
+        )  # fmt: skip
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="ingress", daemon=True)
         self._current: tuple[str, ...] | None = None
@@ -163,6 +166,15 @@ class KubeLocal:
         return [
             sys.executable, "-m", "harness.cluster.kubelocal.kill", str(self.run_dir / "nodes"),
             "{node}", "{container_id}", "{signal}",
+        ]  # fmt: skip
+
+    def power_command(self, how: str) -> list[str]:
+        """kube.node_loss_command (how: off) or kube.node_return_command (on) for this
+        cluster: a node's bridge cut off and its processes frozen, then thawed
+        (harness/cluster/kubelocal/power.py)."""
+        return [
+            sys.executable, "-m", "harness.cluster.kubelocal.power", str(self.run_dir / "nodes"),
+            "{node}", how,
         ]  # fmt: skip
 
     def start(self) -> KubeLocal:
@@ -298,7 +310,9 @@ class KubeLocal:
         namespace: str = "default",
         delay_s: float = 0.0,
         access_format: str = "rollcheck",
+        **nginx,
     ) -> EndpointSliceIngress:
+        """nginx: the gateway's options (Nginx: connect_timeout_s, passive_health)."""
         ing = EndpointSliceIngress(
             self.api,
             namespace,
@@ -310,6 +324,7 @@ class KubeLocal:
             self.events,
             delay_s,
             access_format,
+            **nginx,
         )
         self.ingresses.append(ing.start())
         return ing

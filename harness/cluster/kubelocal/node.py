@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from harness.cluster.kubelocal.daemons import spawn_logged
+from harness.cluster.kubelocal.power import _bundles, _shims, _start_time, power_on, power_rules
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
 from harness.proc import PID_DIR, pid_alive, stop_group
@@ -142,33 +143,6 @@ def _kill_recorded(pid: int, start_time: str | None) -> None:
             pass
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _bundles(state: Path) -> list[Path]:
-    return list(state.glob("io.containerd.runtime.v2.task/*/*"))
-
-
-def _shims(state: Path) -> list[int]:
-    """The containerd shims of a node: each is the parent of its containers."""
-    pids = set()
-    for bundle in _bundles(state):
-        try:
-            init = int((bundle / "init.pid").read_text().strip())
-            ppid = int(Path(f"/proc/{init}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid > 1 and "containerd-shim" in Path(f"/proc/{ppid}/cmdline").read_text(
-            errors="replace"
-        ):
-            pids.add(ppid)
-    return sorted(pids)
-
-
 def _shim_sockets(state: Path) -> list[Path]:
     sockets = []
     for bundle in _bundles(state):
@@ -223,10 +197,11 @@ def teardown(record: dict) -> None:
         path.unlink(missing_ok=True)
     if record.get("sockets"):
         shutil.rmtree(record["sockets"], ignore_errors=True)
-    for rule in record.get("rules", []):
+    bridge = record.get("bridge")
+    # and a power loss's (power.py), made by another process: not in the record
+    for rule in record.get("rules", []) + (power_rules(bridge) if bridge else []):
         while _run("iptables", "-w", "-D", *rule, check=False).returncode == 0:
             pass
-    bridge = record.get("bridge")
     if bridge:
         _run("ip", "link", "del", bridge, check=False)
 
@@ -469,6 +444,8 @@ class Node:
 
     def stop(self) -> None:
         """Stop the kubelet, then every container and containerd; undo the network."""
+        if self.left.record.get("dir"):
+            power_on(self.left.record)  # a node left powered off stops like any other
         kubelet = self.procs.get("kubelet")
         if kubelet is not None:
             stop_group(kubelet, signal.SIGTERM, 10)

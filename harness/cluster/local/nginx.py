@@ -68,13 +68,20 @@ class Nginx:
         read_timeout_s: float,
         emit=lambda *a, **k: None,
         access_format: str = "rollcheck",
+        connect_timeout_s: float = 60.0,
+        passive_health: tuple[int, float] | None = None,
     ):
         """access_format: rollcheck (JSON lines, access.log and error.log), or
         upstreaminfo (ingress-nginx's: access and error lines in one controller.log, as
-        its pod's log interleaves them)."""
+        its pod's log interleaves them). connect_timeout_s: nginx's proxy_connect_timeout
+        (its default 60 s); a connect that fails or times out is retried on another
+        upstream (proxy_next_upstream's default). passive_health: (max_fails,
+        fail_timeout_s) per upstream; None: max_fails=0, every upstream always tried."""
         if access_format not in ("rollcheck", "upstreaminfo"):
             raise ValueError(f"access_format must be rollcheck or upstreaminfo: {access_format!r}")
         self.access_format = access_format
+        self.connect_timeout_s = connect_timeout_s
+        self.passive_health = passive_health
         self.dir = Path(run_dir) / "gateway"
         self.port = port
         self.delay_s = endpoint_delay_s
@@ -197,7 +204,9 @@ class Nginx:
 
     def _write_routes(self, endpoints: tuple[str, ...]) -> None:
         if endpoints:
-            servers = "".join(f"    server {a} max_fails=0;\n" for a in endpoints)
+            fails, window = self.passive_health or (0, 10.0)
+            health = f"max_fails={fails}" + (f" fail_timeout={window:g}s" if fails else "")
+            servers = "".join(f"    server {a} {health};\n" for a in endpoints)
             routes = f"upstream engines {{\n{servers}    keepalive 64;\n}}\n"
             location = "proxy_pass http://engines;"
         else:
@@ -236,6 +245,7 @@ http {{
             proxy_set_header X-Request-Id $http_x_request_id;
             proxy_buffering off;
             proxy_cache off;
+            proxy_connect_timeout {self.connect_timeout_s:g}s;
             proxy_read_timeout {int(self.read_timeout_s)}s;
             proxy_send_timeout {int(self.read_timeout_s)}s;
             # which pod serves the stream, known to the client at its first byte (the
