@@ -544,3 +544,23 @@ def test_a_canary_holds_at_one_candidate_pod_until_judged(target_factory, decisi
         t.wait_for(t.rollout_done, 60, "the rollback")
         t.wait_settled(3, 30)
         assert {p.version for p in t.pods()} == {"v1"}
+
+
+@pytest.mark.parametrize("balance", ["round_robin", "least_conn"])
+def test_least_conn_sends_new_requests_to_the_replica_with_fewer_streams_open(
+    target_factory, balance
+):
+    """With one long answer open on a replica, each new request goes to the other under
+    least_conn (the fewest streams open); round_robin goes on alternating, busy or not."""
+    from harness.client import UPSTREAM_HEADER
+
+    t = target_factory(f"gateway.balance={balance}", replicas=2)
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True,
+            "max_tokens": 500, "ignore_eos": True}  # fmt: skip
+    with httpx.stream("POST", t.gateway_url + "/v1/chat/completions", json=body, timeout=30) as r:
+        busy = r.headers[UPSTREAM_HEADER]
+        chosen = [chat(t.gateway_url).headers[UPSTREAM_HEADER] for _ in range(6)]
+    if balance == "least_conn":
+        assert busy not in chosen and len(set(chosen)) == 1, (busy, chosen)
+    else:
+        assert chosen.count(busy) >= 2, (busy, chosen)

@@ -144,6 +144,14 @@ class PDB:
 class Gateway:
     endpoint_delay_s: float = 0.3  # how long until the gateway learns of an endpoint change
     read_timeout_s: float = 3600.0
+    # how the local gateway picks a replica: round_robin (nginx's and ingress-nginx's
+    # default: each new request to the next, however busy) or least_conn (the replica with
+    # the fewest streams open, as a load-aware inference gateway does)
+    balance: str = "round_robin"
+
+    def validate(self) -> None:
+        if self.balance not in ("round_robin", "least_conn"):
+            raise ValueError(f"balance must be round_robin or least_conn, not {self.balance!r}")
 
 
 @dataclass

@@ -70,18 +70,21 @@ class Nginx:
         access_format: str = "rollcheck",
         connect_timeout_s: float = 60.0,
         passive_health: tuple[int, float] | None = None,
+        balance: str = "round_robin",
     ):
         """access_format: rollcheck (JSON lines, access.log and error.log), or
         upstreaminfo (ingress-nginx's: access and error lines in one controller.log, as
         its pod's log interleaves them). connect_timeout_s: nginx's proxy_connect_timeout
         (its default 60 s); a connect that fails or times out is retried on another
         upstream (proxy_next_upstream's default). passive_health: (max_fails,
-        fail_timeout_s) per upstream; None: max_fails=0, every upstream always tried."""
+        fail_timeout_s) per upstream; None: max_fails=0, every upstream always tried.
+        balance: round_robin (nginx's default) or least_conn (the fewest open streams)."""
         if access_format not in ("rollcheck", "upstreaminfo"):
             raise ValueError(f"access_format must be rollcheck or upstreaminfo: {access_format!r}")
         self.access_format = access_format
         self.connect_timeout_s = connect_timeout_s
         self.passive_health = passive_health
+        self.balance = balance
         self.dir = Path(run_dir) / "gateway"
         self.port = port
         self.delay_s = endpoint_delay_s
@@ -207,7 +210,8 @@ class Nginx:
             fails, window = self.passive_health or (0, 10.0)
             health = f"max_fails={fails}" + (f" fail_timeout={window:g}s" if fails else "")
             servers = "".join(f"    server {a} {health};\n" for a in endpoints)
-            routes = f"upstream engines {{\n{servers}    keepalive 64;\n}}\n"
+            how = "    least_conn;\n" if self.balance == "least_conn" else ""
+            routes = f"upstream engines {{\n{how}{servers}    keepalive 64;\n}}\n"
             location = "proxy_pass http://engines;"
         else:
             # A Service with no ready endpoints: ingress-nginx answers 503.

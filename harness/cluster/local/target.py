@@ -47,6 +47,7 @@ class LocalTarget(Target):
             config.gateway.endpoint_delay_s,
             config.gateway.read_timeout_s,
             self._emit,
+            balance=config.gateway.balance,
         )
         self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
         self._started = False
@@ -108,11 +109,17 @@ class LocalTarget(Target):
         with self.controller.lock:
             return [p for p in self.controller.pods.values() if not p.ready]
 
-    def wait_settled(self, replicas: int, timeout_s: float = 60.0, stall_s: float | None = None):
+    def wait_settled(
+        self,
+        replicas: int,
+        timeout_s: float = 60.0,
+        stall_s: float | None = None,
+        ignoring: tuple[str, ...] = (),
+    ):
         """As every target settles; a timeout also says how the machine and each pod not
         yet ready stood (the last lines of its engine's log)."""
         try:
-            super().wait_settled(replicas, timeout_s, stall_s)
+            super().wait_settled(replicas, timeout_s, stall_s, ignoring)
         except TargetError as exc:
             pods = "; ".join(
                 f"{p.spec.name} ({p.phase}) log ends: " + " | ".join(log_tail(p.log_path, 3))
