@@ -4,7 +4,6 @@ of the replica count to the workload's own scalers."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from harness.cluster.kube.common import (
     _ts,
     engine_of,
     engine_status,
+    run_user_command,
 )
 from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import ScalerObserver, removal_reason
@@ -339,15 +339,7 @@ class Actions:
         self.c.action(
             "kill", pod=name, signal=sig_name, container=container, by="kube.kill_command"
         )
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=KILL_COMMAND_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TargetError(f"kube.kill_command ({argv[0]}) did not run: {exc}") from None
-        if r.returncode != 0:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise TargetError(
-                f"kube.kill_command exited {r.returncode} killing {name}/{container}: {tail[0]}"
-            )
+        run_user_command(argv, "kill_command", f"killing {name}/{container}", KILL_COMMAND_S)
         # delivered by the time the command returned (its own start-up is not the kill's):
         # the pod's signal on the timeline, as the local kubelet records its own
         self.c.emit("signal", pod=name, node=view.node, signal=sig_name, by="kube.kill_command")

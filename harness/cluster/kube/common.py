@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,21 @@ def connect(kubeconfig: str | None, context: str | None) -> client.ApiClient:
         return config.new_client_from_config(config_file=path, context=context)
     except ConfigException as exc:
         raise TargetError(f"kubeconfig {path}: {str(exc).splitlines()[0]}") from None
+
+
+def run_user_command(argv: list[str], key: str, doing: str, timeout_s: float) -> None:
+    """Run a command the user gave (kube.<key>, formatted already) on this machine;
+    TargetError with its last line when it does not run or fails. doing: what for, in the
+    error ("for node n1", "killing pod/container")."""
+    if not argv:
+        raise TargetError(f"kube.{key} is empty: nothing to run {doing}")
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"kube.{key} ({argv[0]}) did not run {doing}: {exc}") from None
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise TargetError(f"kube.{key} exited {r.returncode} {doing}: {tail[0]}")
 
 
 def _int_or_str(v):

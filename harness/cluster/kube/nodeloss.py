@@ -12,14 +12,13 @@ it is stopped, so that the restore (or `rollcheck kube-restore`) brings it back.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 
 from kubernetes.client.rest import ApiException
 
-from harness.cluster.kube.common import Cluster, Shared
+from harness.cluster.kube.common import Cluster, Shared, run_user_command
 from harness.cluster.target import PodView, TargetError
 
 COMMAND_S = 60.0  # the longest either command may run
@@ -28,14 +27,7 @@ POLL_S = 0.5  # how often the node's object is read while it is lost
 
 def run_command(argv: list[str], node: str, key: str) -> None:
     """Run kube.<key> for `node`; TargetError with its last line when it fails."""
-    cmd = [a.format(node=node) for a in argv]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"kube.{key} ({cmd[0]}) did not run for node {node}: {exc}") from None
-    if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise TargetError(f"kube.{key} exited {r.returncode} for node {node}: {tail[0]}")
+    run_user_command([a.format(node=node) for a in argv], key, f"for node {node}", COMMAND_S)
 
 
 def node_state(node) -> tuple[str, str, tuple[str, ...]]:
