@@ -13,13 +13,13 @@ it is stopped, so that the restore (or `rollcheck kube-restore`) brings it back.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import Cluster, Shared, run_user_command
 from harness.cluster.target import PodView, TargetError
+from harness.waits import wait_until
 
 COMMAND_S = 60.0  # the longest either command may run
 POLL_S = 0.5  # how often the node's object is read while it is lost
@@ -101,12 +101,7 @@ class NodeLoss:
             except ApiException:
                 return True  # not ours to read: nothing to wait for
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if ready():
-                return True
-            time.sleep(POLL_S)
-        return False
+        return bool(wait_until(ready, timeout_s, f"node {node} Ready", POLL_S, error=None))
 
     def stop(self) -> None:
         self._stop.set()

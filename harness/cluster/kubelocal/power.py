@@ -1,5 +1,6 @@
 """A kube-local node losing power, and coming back: node_loss's act on kube-local
-(KubeLocal.node_loss_command and node_return_command print the argv).
+(KubeLocal.power_command gives the argv of each, for kube.node_loss_command and
+kube.node_return_command).
 
     python -m harness.cluster.kubelocal.power NODES_FOLDER NODE off|on
 
