@@ -75,14 +75,14 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     # the local target starts its engines for each scenario; a cluster's already run
     settle = startup + 1.0 if target == "local" else 2.0
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
-    if kind in ("preemption", "node_loss") and target == "local":  # SKIPPED once settled
+    if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
         warm = t.warm_requests * answer_s(cfg, 16)
         parts.append(Part("warm requests", warm, warm))
     parts.append(Part("warm-up", t.warmup_s, t.warmup_s, "scenario.warmup_s"))
     parts.append(Part("steady state", 1.0, t.steady_state_s, "scenario.steady_state_s"))
-    parts += _act(kind, cfg, startup, params or {})
+    parts += _act(kind, cfg, startup, params or {}, target)
     if target == "kube" and kind in ("rollout", "canary", "startup"):
         # the Deployment's template put back: a rollout the next scenario's settle waits for
         back = _rollout_s(cfg, startup, 1.0, cfg.strategy.max_surge, cfg.strategy.max_unavailable)
@@ -102,7 +102,7 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     return ScenarioEstimate(name, kind, parts)
 
 
-def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
+def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> list[Part]:
     """The act and the waits after it, as each scenario file makes them (scenarios/):
     the typical time of each, and the bound its wait has."""
     t, load = cfg.scenario, cfg.load
@@ -165,11 +165,15 @@ def _act(kind: str, cfg, startup: float, params: dict) -> list[Part]:
             part("recovery", startup + drain, ceiling),
         ]
     if kind == "node_loss":
+        if target == "local":  # its own control plane's grace and the pods' toleration
+            seen, evicted, back = cfg.node_monitor_grace_s, cfg.pod.unreachable_toleration_s, 0.5
+        else:  # node-monitor-grace-period (40-50 s), the tolerations a fleet sets (30 s)
+            seen, evicted, back = 45.0, 30.0, 5.0
         return [
             victim,
-            part("the cluster to see the loss", 45.0, t.recovery_s),
-            part("recovery elsewhere", startup + 30.0, ceiling),
-            part("the node's return", 5.0, 60.0, None),
+            part("the cluster to see the loss", seen, t.recovery_s),
+            part("recovery elsewhere", startup + evicted, ceiling),
+            part("the node's return", back, 60.0, None),
         ]
     if kind in ("pod_kill", "oom_kill"):
         return [

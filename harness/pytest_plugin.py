@@ -24,7 +24,7 @@ KINDS = {
     "pod_kill": "kill a pod mid-stream (involuntary disruption)",
     "oom_kill": "one request's context crosses an engine's memory limit: OOMKilled mid-stream",
     "preemption": "a pod of a higher priority takes an engine pod's accelerators (kube only)",
-    "node_loss": "an engine pod's node stops as a power loss would (kube only)",
+    "node_loss": "an engine pod's node stops as a power loss would",
     "scale_up": "a load step while new replicas start",
     "scale_down": "remove one of several replicas while one decodes a long answer",
     "startup": "roll out a version that starts slower than the liveness window",

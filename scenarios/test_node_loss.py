@@ -8,8 +8,9 @@ Streams in flight on the lost node can only hang until the client gives up (they
 loss's, not judged as hangs); the gateway must stop sending new requests to the lost
 node's pods within scenario.lost_node_routing_s; replacements must be ready and serving
 within scenario.recovery_s of the loss. The node is brought back at the end.
-SKIPPED on the local target, and on a cluster without kube.node_loss_command and
-kube.node_return_command.
+On the local target the node's pods freeze and their ports answer no new connection; its
+own control plane marks the node after node_monitor_grace_s. SKIPPED on a cluster
+without kube.node_loss_command and kube.node_return_command.
 """
 
 import time

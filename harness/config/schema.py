@@ -109,6 +109,10 @@ class PodSettings:
     # (SIGKILL, exit 137, reason OOMKilled), and restarts it. None: no limit. A simulator
     # holds about 40 MB and its streams' context (engine.memory_mb_per_1k_tokens)
     memory_limit_mb: float | None = 256.0
+    # tolerationSeconds of node.kubernetes.io/unreachable (NoExecute): how long the pods of
+    # a node the control plane lost stay bound to it before they are deleted and replaced
+    # elsewhere (Kubernetes adds 300 s to every pod that does not say)
+    unreachable_toleration_s: float = 300.0
 
 
 @dataclass
@@ -148,10 +152,23 @@ class Gateway:
     # default: each new request to the next, however busy) or least_conn (the replica with
     # the fewest streams open, as a load-aware inference gateway does)
     balance: str = "round_robin"
+    # how long the local gateway waits for a connection to a replica before it tries
+    # another (nginx's proxy_connect_timeout, 60 s by default); a replica whose node is
+    # off never answers the connect
+    connect_timeout_s: float = 60.0
+    # passive health checks: a replica that fails max_fails requests (a refused or
+    # timed-out connect) within fail_timeout_s is left out for fail_timeout_s (nginx's
+    # server parameters); 0: every replica always tried
+    max_fails: int = 0
+    fail_timeout_s: float = 10.0
 
     def validate(self) -> None:
         if self.balance not in ("round_robin", "least_conn"):
             raise ValueError(f"balance must be round_robin or least_conn, not {self.balance!r}")
+        if self.connect_timeout_s <= 0 or self.max_fails < 0 or self.fail_timeout_s <= 0:
+            raise ValueError(
+                "connect_timeout_s and fail_timeout_s must be above 0 and max_fails at least 0"
+            )
 
 
 @dataclass
@@ -436,6 +453,10 @@ class RunConfig:
     replicas: int = 3
     nodes: int = 2
     gpus_per_node: int = 0  # 0 = unlimited
+    # the local control plane's node-monitor-grace-period: how long a node's kubelet may
+    # be silent before the node is marked (Ready Unknown, the unreachable taint, its pods
+    # not ready); Kubernetes' is 50 s (40 s before 1.32)
+    node_monitor_grace_s: float = 50.0
     version: str = "v1"  # the version running before a scenario (the baseline)
     # the version rollouts go to; with kube.image=repo:{version} it is the image tag the
     # rollout sets (e.g. version v0.11.0, next_version v0.12.0: an engine upgrade)
@@ -456,6 +477,10 @@ class RunConfig:
     def validate(self) -> None:
         if self.replicas < 0 or self.nodes < 1:
             raise ValueError("replicas must be >= 0 and nodes >= 1")
+        if self.node_monitor_grace_s <= 0 or self.pod.unreachable_toleration_s < 0:
+            raise ValueError(
+                "node_monitor_grace_s must be above 0 and pod.unreachable_toleration_s at least 0"
+            )
         if self.load.stop_timeout_s < self.slo.stall_timeout_s:
             # a stream silent at stop must have had the time to be judged hung
             raise ValueError(

@@ -8,7 +8,11 @@ One reconcile loop, with Kubernetes' rules where they decide the fate of a strea
 - scale-down picks not-ready pods first, then the newest;
 - eviction is refused (HTTP 429 in Kubernetes) when it would leave fewer healthy
   pods than the PDB's minAvailable;
-- endpoints are the ready, non-terminating pods; the gateway learns of them late.
+- endpoints are the ready, non-terminating pods; the gateway learns of them late;
+- a node that lost power (lose_node) is marked after node_monitor_grace_s without word
+  from its kubelet: Ready Unknown, the unreachable taint, its pods not ready; they are
+  deleted once their toleration of the taint (pod.unreachable_toleration_s) runs out,
+  and stay terminating until the node is back (return_node).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from harness.prometheus import parse_metrics
 from harness.sim.settings import SimSettings
 
 TICK_S = 0.05
+UNREACHABLE = "node.kubernetes.io/unreachable"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class Controller:
         self.start_gate = StartGate.for_this_machine() if config.engine.kind == "vllm" else None
         self.nodes = [f"node-{i}" for i in range(config.nodes)]
         self.cordoned: set[str] = set()
+        self.lost: dict[str, float] = {}  # node -> when it lost power (time.time())
+        self.unreachable: set[str] = set()  # lost nodes the controller has marked
         self.autoscaler = config.autoscaler
         self.autoscaling = False  # the deployment's scaler acts only once a scenario enables it
         self.lock = threading.RLock()
@@ -85,6 +92,7 @@ class Controller:
         with self.lock:
             pods = list(self.pods.values())
         for pod in pods:
+            pod.node_back()  # a lost node's frozen containers end with the rest
             pod.delete(grace_s=0)
         for pod in pods:
             pod.done.wait(10)
@@ -164,6 +172,54 @@ class Controller:
             self.events.emit("uncordoned", node=node)
         self.wake()
 
+    def lose_node(self, node: str) -> list[str]:
+        """`node` loses power: its pods freeze and its kubelet falls silent; the pods."""
+        if node not in self.nodes:
+            raise KeyError(f"no node named {node!r}; nodes: {', '.join(self.nodes)}")
+        with self.lock:
+            self.lost[node] = time.time()
+            pods = [p for p in self.pods.values() if p.spec.node == node]
+        for pod in pods:  # outside the lock: each freezes and fills its port's queue
+            pod.lose_node()
+        return [p.spec.name for p in pods]
+
+    def return_node(self, node: str) -> None:
+        """The lost node is back: its pods' containers are found dead; the kubelet,
+        heard again, restarts them or completes their deletion; the node is Ready."""
+        with self.lock:
+            if self.lost.pop(node, None) is None:
+                return
+            pods = [p for p in self.pods.values() if p.spec.node == node]
+        for pod in pods:
+            pod.node_back()
+        with self.lock:
+            if node in self.unreachable:
+                self.unreachable.discard(node)
+                self.events.emit("node_ready", node=node, status="True", reason="KubeletReady")
+                self.events.emit("node_taints", node=node, taints=[])
+        self.wake()
+
+    def _watch_nodes(self, now: float) -> None:
+        """The node lifecycle controller: a lost node is marked once its kubelet has been
+        silent for node_monitor_grace_s, and its pods are deleted once their toleration of
+        the unreachable taint has run out (the taint manager's eviction)."""
+        grace, tolerate = self.cfg.node_monitor_grace_s, self.cfg.pod.unreachable_toleration_s
+        for node, since in self.lost.items():
+            on_node = [p for p in self.pods.values() if p.spec.node == node]
+            if node not in self.unreachable and now - since >= grace:
+                self.unreachable.add(node)
+                self.events.emit(
+                    "node_not_ready", node=node, status="Unknown", reason="NodeStatusUnknown"
+                )
+                self.events.emit("node_taints", node=node, taints=[UNREACHABLE])
+                for pod in on_node:
+                    pod.mark_not_ready("node not ready")
+            if node in self.unreachable and now - since >= grace + tolerate:
+                for pod in on_node:
+                    if not pod.terminating:
+                        self.events.emit("taint_eviction", pod=pod.spec.name, taint=UNREACHABLE)
+                        pod.delete()
+
     def views(self) -> list[PodView]:
         with self.lock:
             return [
@@ -198,6 +254,7 @@ class Controller:
             self._wake.wait(TICK_S)
             self._wake.clear()
             with self.lock:
+                self._watch_nodes(time.time())
                 self._reap()
                 self._reconcile()
                 self._sync_endpoints()
@@ -327,7 +384,8 @@ class Controller:
 
     def _schedule(self) -> str | None:
         """The least-loaded schedulable node with a free GPU."""
-        load = {n: 0 for n in self.nodes if n not in self.cordoned}
+        # a cordoned node, and one tainted unreachable, takes no new pod
+        load = {n: 0 for n in self.nodes if n not in self.cordoned | self.unreachable}
         for p in self.pods.values():
             if p.spec.node in load:
                 load[p.spec.node] += 1  # a terminating pod still holds its GPU

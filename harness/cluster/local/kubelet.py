@@ -4,8 +4,11 @@ Probes as the kubelet runs them (startup gates readiness and liveness; readiness
 only removes the pod from endpoints; liveness restarts the container); a
 container that exits is restarted after a backoff (restartPolicy: Always); and
 deletion runs preStop, then SIGTERM, then SIGKILL at terminationGracePeriodSeconds
-counted from the start of the deletion. The local target uses it (kube-local runs
-real kubelets; docs/facts.md lists where the real kubelet differs).
+counted from the start of the deletion. A pod whose node loses power freezes where it
+stands and its kubelet falls silent (lose_node) until the node is back (node_back), when
+its container is found dead and restarted, or the pod's deletion completed. The local
+target uses it (kube-local runs real kubelets; docs/facts.md lists where the real kubelet
+differs).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from harness.client import http_get
+from harness.cluster.local.silence import fill_accept_queue, release
 from harness.config.schema import PodSettings, Probe
 from harness.engines.startup import StartGate
 from harness.files import open_append
@@ -103,6 +107,11 @@ class PodRunner(threading.Thread):
         # waits for a slot, and holds it until it has started (or exited)
         self._gate = start_gate
         self._holding_gate = False
+        # node_loss: the node is off (the kubelet silent, the container frozen) until back
+        self.lost = False
+        self._life = threading.Lock()  # lose_node against a container being started
+        self._back = threading.Event()
+        self._held: list = []  # the connections that keep the frozen port silent
 
     # --- requests from the control plane -----------------------------------
     def delete(self, grace_s: float | None = None) -> None:
@@ -115,7 +124,7 @@ class PodRunner(threading.Thread):
         # The grace period runs from the deletion, not from when this pod's thread
         # next looks (as the Kubernetes target stamps it: the deletionTimestamp).
         self.emit("terminating", grace_s=self._grace_s)
-        self._set_ready(False, "deleted")
+        self._set_ready(False, "deleted", by_control_plane=True)
         self._deletion.set()
 
     def signal(self, sig: int) -> None:
@@ -133,6 +142,41 @@ class PodRunner(threading.Thread):
                 except subprocess.TimeoutExpired:
                     pass
 
+    def lose_node(self) -> None:
+        """Its node lost power: the container freezes where it stands (SIGSTOP to its
+        process group), its port answers no new connection (silence.fill_accept_queue),
+        and the kubelet neither probes nor reports until node_back(). A deletion
+        meanwhile is the API server's alone: the pod shows terminating, nothing runs."""
+        with self._life:
+            if self.lost:
+                return
+            self.lost = True
+            self._back.clear()
+            proc = self.proc
+            if proc is not None and proc.poll() is None:
+                kill_group(proc, signal.SIGSTOP)
+                self._held = fill_accept_queue(self.spec.ip, self.spec.port)
+
+    def node_back(self) -> None:
+        """The node is back from its power loss: what ran on it is gone (the frozen
+        container is SIGKILLed; its connections reset), and the kubelet, heard again,
+        restarts the container, or completes the pod's deletion."""
+        with self._life:
+            if not self.lost:
+                return
+            proc = self.proc
+            if proc is not None and proc.poll() is None:
+                kill_group(proc, signal.SIGKILL)  # a stopped process dies of it too
+                proc.wait()
+            release(self._held)
+            self.lost = False
+            self._back.set()
+
+    def mark_not_ready(self, reason: str) -> None:
+        """The node lifecycle controller's mark on a pod of a node it stopped hearing
+        from (its Ready condition False): out of the endpoints."""
+        self._set_ready(False, reason, by_control_plane=True)
+
     # --- the pod's life ----------------------------------------------------
     def emit(self, kind: str, **detail) -> None:
         self._emit(
@@ -148,7 +192,10 @@ class PodRunner(threading.Thread):
             while not self._deletion.is_set():
                 if not self._take_gate():
                     break
-                self._start_container()
+                if not self._start_container():  # its node is lost: nothing runs
+                    self._release_gate()
+                    self._back.wait()
+                    continue
                 reason = self._supervise()
                 self._release_gate()
                 if reason == "deleted":
@@ -181,20 +228,25 @@ class PodRunner(threading.Thread):
             self._holding_gate = False
             self._gate.release()
 
-    def _start_container(self) -> None:
-        log = open_append(self.log_path, binary=True)
-        env = dict(os.environ, **(self.spec.env or {}))
-        self.proc = subprocess.Popen(
-            self.spec.command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+    def _start_container(self) -> bool:
+        """Start the container (False: not while its node is lost)."""
+        with self._life:
+            if self.lost:
+                return False
+            log = open_append(self.log_path, binary=True)
+            env = dict(os.environ, **(self.spec.env or {}))
+            self.proc = subprocess.Popen(
+                self.spec.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+            log.close()
         self.phase = "Running"
         self.emit("container_started", pid=self.proc.pid, address=self.spec.address)
+        return True
 
     def _supervise(self) -> str:
         """Probe until the container exits or the pod is deleted; return why it ended."""
@@ -207,6 +259,8 @@ class PodRunner(threading.Thread):
             self._mark_started()
             self._arm_after_startup(probes, now)
         while True:
+            if self.lost:
+                return self._silent()
             if self._deletion.wait(TICK_S):
                 return "deleted"
             if s.memory_limit_mb is not None and _rss_mb(self.proc.pid) > s.memory_limit_mb:
@@ -228,6 +282,8 @@ class PodRunner(threading.Thread):
                 if now < next_at:
                     continue
                 ok = self._probe(probe)
+                if self.lost:  # the node went while it probed: nobody hears the result
+                    return self._silent()
                 entry[1] = time.monotonic() + probe.period_s
                 entry[2] = 0 if ok else failures + 1
                 if name == "startup":
@@ -250,6 +306,15 @@ class PodRunner(threading.Thread):
                     self._stop_container(time.time() + self._grace_s)
                     return "liveness probe failed"
 
+    def _silent(self) -> str:
+        """While the node is lost: no probe, no report. Once it is back the container is
+        dead (node_back killed it); "deleted" when the pod was deleted meanwhile."""
+        self._back.wait()
+        code = self.proc.returncode
+        self.exit_code = code
+        self.emit("exited", code=code, reason="node lost")
+        return "deleted" if self._deletion.is_set() else "node lost"
+
     def _arm_after_startup(self, probes: dict, now: float) -> None:
         s = self.spec.settings
         probes["readiness"] = [s.readiness_probe, now + s.readiness_probe.initial_delay_s, 0]
@@ -268,9 +333,11 @@ class PodRunner(threading.Thread):
         except httpx.HTTPError:
             return False
 
-    def _set_ready(self, ready: bool, reason: str) -> None:
+    def _set_ready(self, ready: bool, reason: str, by_control_plane: bool = False) -> None:
         if ready and self.terminating:
             return
+        if self.lost and not by_control_plane:
+            return  # the kubelet is silent: what its probes saw reaches nobody
         if ready != self.ready:
             self.ready = ready
             self.ready_since = time.time() if ready else None

@@ -11,6 +11,7 @@ import httpx
 from harness.client import http_get
 from harness.cluster.local.controller import Controller, Template, scrape
 from harness.cluster.local.nginx import Nginx
+from harness.cluster.local.silence import SilenceError
 from harness.cluster.target import (
     EvictionRefused,
     Target,
@@ -47,6 +48,12 @@ class LocalTarget(Target):
             config.gateway.endpoint_delay_s,
             config.gateway.read_timeout_s,
             self._emit,
+            connect_timeout_s=config.gateway.connect_timeout_s,
+            passive_health=(
+                (config.gateway.max_fails, config.gateway.fail_timeout_s)
+                if config.gateway.max_fails
+                else None
+            ),
             balance=config.gateway.balance,
         )
         self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
@@ -282,6 +289,26 @@ class LocalTarget(Target):
             self.controller.delete(name, grace_s)
         except KeyError as exc:
             raise TargetError(str(exc)) from None
+
+    def node_loss_blocker(self) -> str | None:
+        return None  # its nodes' pods freeze and their ports fall silent (controller)
+
+    def lose_node(self, node: str) -> None:
+        """The node loses power: its pods' processes freeze and their ports answer no
+        new connection; the local control plane hears nothing from it, marks it after
+        node_monitor_grace_s and deletes its pods after their toleration."""
+        victims = [p.name for p in self.pods() if p.node == node and not p.terminating]
+        self.action("node_loss", node=node, pods=victims)
+        try:
+            self.controller.lose_node(node)
+        except (KeyError, SilenceError) as exc:
+            raise TargetError(str(exc)) from None
+        for pod in victims:
+            self._emit("node_lost", pod=pod, node=node)
+
+    def return_node(self, node: str, timeout_s: float = 60.0) -> None:
+        self.controller.return_node(node)
+        self.action("node_returned", node=node)
 
     def set_autoscaler(self, policy: str) -> None:
         self.action("autoscaler", policy=policy)
