@@ -144,6 +144,18 @@ CASES = [
         {"oom_killed_once"},
     ),
     (
+        # nginx's own way with a replica that answers nothing: every one tried in turn
+        # (round robin, no passive health checks), each new request's connect given 1 s,
+        # until the node controller marks the node (node_monitor_grace_s, 12 s: past the
+        # 10 s budget); the well-configured gateway leaves the lost replica out after one
+        # failed connect
+        "node-loss-gateway-keeps-trying",
+        "node_loss",
+        ["gateway.max_fails=0", "gateway.balance=round_robin"],
+        set(),
+        {"lost_node_routing"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -180,7 +192,7 @@ def healthy_night(tmp_path_factory):
     proc, summaries = run_scenarios(
         reports,
         "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
-        "or startup or scale_down",
+        "or startup or scale_down or node_loss",
     )
     return reports, proc, summaries
 
@@ -188,7 +200,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 12
+    assert len(summaries) == 13
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -198,7 +210,8 @@ def test_well_configured_deployment_passes_every_scenario(healthy_night):
             assert s["goodput"]["all"]["share"] > 0.9, s["goodput"]
         assert s["attribution"]["traced"] == s["requests"]  # the local gateway traces all
         kept = {"complete", "cancelled"}
-        if s["scenario"] not in ("pod_kill", "oom_kill"):  # a killed pod's own streams fail
+        # a killed pod's own streams fail; a lost node's hang until the client gives up
+        if s["scenario"] not in ("pod_kill", "oom_kill", "node_loss"):
             assert all(v == 0 for k, v in s["outcomes"].items() if k not in kept), s["outcomes"]
     index = next(tmp_path.glob("*/index.html"))
     assert index.exists()
@@ -228,7 +241,7 @@ def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
     session = next(reports.glob("*/index.html")).parent
     pages = [session / "index.html", reports / "history.html"]
     pages += sorted(session.glob("*/report.html"))
-    assert len(pages) == 2 + len(summaries) == 14
+    assert len(pages) == 2 + len(summaries) == 15
     for page in pages:
         seen = browser_check(page, tmp_path / "page.png", "review")
         where = page.relative_to(reports)
@@ -586,17 +599,42 @@ def test_a_drains_victim_holds_a_stream_past_its_preStop(tmp_path):
     assert check["status"] == "pass" and "streams in flight at SIGTERM" in check["population"]
 
 
-def test_preemption_and_node_loss_on_the_local_target_are_skipped_saying_why(tmp_path):
-    """Preemption is kube-scheduler's, and a node's loss needs nodes of its own (kube-local
-    cuts a node's bridge off and freezes it): on the local target both are SKIPPED before
-    their load, saying where they run."""
-    proc, summaries = run_scenarios(tmp_path, "preemption or node_loss")
-    reasons = {s["scenario"]: s["reason"] for s in summaries}
-    assert {s["verdict"] for s in summaries} == {"skipped"}, summaries
-    assert "the local target has no scheduler" in reasons["preemption"], reasons
-    assert "--target kube" in reasons["preemption"]
-    assert "a node's loss is kube-local's" in reasons["node_loss"], reasons
+def test_preemption_on_the_local_target_is_skipped_saying_why(tmp_path):
+    """Preemption is kube-scheduler's: on the local target it is SKIPPED before its load,
+    saying where it runs."""
+    proc, (summary,) = run_scenarios(tmp_path, "preemption")
+    assert summary["verdict"] == "skipped", summary
+    assert "the local target has no scheduler" in summary["reason"], summary["reason"]
+    assert "--target kube" in summary["reason"]
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_lost_node_is_marked_late_and_its_streams_are_the_losss(tmp_path):
+    """node_loss on the local target, well configured: the lost node's pods froze with
+    streams in flight, which ended without completing (the client's stall timeout) and
+    are the loss's; the control plane marked the node only after node_monitor_grace_s
+    (12 s), and its pods' endpoints went then, not before; the gateway tried the lost
+    pod at most once (a 1 s connect, then another replica), the replacement came 3 s
+    after the mark, on another node: PASS."""
+    proc, (summary,) = run_scenarios(tmp_path, "node_loss")
+    assert summary["verdict"] == "pass", (summary["checks"], proc.stdout[-2000:])
+    run = next(tmp_path.glob("*/*/events.jsonl")).parent
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    act = next(e for e in events if e["kind"] == "action" and e["detail"]["action"] == "node_loss")
+    lost, t0 = set(act["detail"]["pods"]), act["t"]
+    first = {
+        k: min(e["t"] - t0 for e in events if e["kind"] == k and e["t"] >= t0)
+        for k in ("node_not_ready", "endpoint_removed", "node_ready")
+    }
+    assert 11.5 <= first["node_not_ready"] <= first["endpoint_removed"], first
+    assert not [e for e in events if e["kind"] == "unready" and e["pod"] in lost
+                and e["t"] - t0 < 11.5]  # fmt: skip
+    replacement = next(e for e in events if e["kind"] == "pod_created" and e["t"] > t0)
+    assert replacement["node"] != act["node"]
+    records = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    cut = [r for r in records if r["pod"] in lost and r["sent_at"] < t0 < r["sent_at"] + r["duration_s"]]  # fmt: skip
+    assert cut and all(r["outcome"] != "complete" for r in cut), cut
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout
 
 
 def test_an_oom_kill_without_a_memory_limit_is_skipped_saying_why(tmp_path):
