@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from harness.client_delay import PERIOD_S
+from harness.events import Event
 from harness.load_sizing import TARGET_CPU
 from harness.podspec import window_s
 from harness.streams import Outcome, StreamRecord
@@ -816,11 +817,44 @@ def oom_killed_once(d: RunData) -> CheckResult:
     observed += f", restarts {restarts})" if restarts is not None else ")"
     later = [e for e in ooms if e is not first]
     population = f"{len(exits)} engine exits while the load ran"
-    if later:
-        pods = ", ".join(dict.fromkeys(e.pod for e in later))
+    poisoned = _retried_kills(d, first.pod, later)
+    by_load = [e for e in later if e not in poisoned]
+    answered = _retries_answered(d)
+    if answered:
+        observed += f"; {answered}"
+    if poisoned:
+        retries = sum(1 for a in _acts(d, "oom_request") if a.detail.get("retry"))
+        back_offs = [
+            e.detail["delay_s"] for e in d.events
+            if e.kind == "back_off" and e.pod == first.pod and e.t >= d.t_act
+            and isinstance(e.detail.get("delay_s"), int | float)
+        ]  # fmt: skip
+        waits = f", back-off {', '.join(f'{b:g} s' for b in back_offs)}" if back_offs else ""
+        last = poisoned[-1].detail.get("restarts")
+        loop = (
+            f"{observed}; the same request, sent {retries} times more as a client retries "
+            f"one that got no answer, OOMKilled the restarted engine {len(poisoned)} more "
+            f"times (restarts {last if last is not None else '?'}{waits}): a crash loop "
+            "caused by one request"
+        )
+        if by_load:
+            loop += f"; and {len(by_load)} more OOMKills under the load"
         return failed(
             name,
-            observed=f"{observed}; and {len(later)} more OOMKills under the load ({pods})",
+            observed=loop,
+            expected=expected,
+            population=population,
+            hint="the engine admits a request its memory cannot hold, and every retry of it "
+            "kills the engine it reaches: cap what it admits (max_model_len below what "
+            "resources.limits.memory holds, so such a request is refused with 400; a GPU "
+            "engine's KV cache is sized at start and queues or refuses instead), and let "
+            "clients retry a request whose engine died at most once, with back-off",
+        )
+    if by_load:
+        pods = ", ".join(dict.fromkeys(e.pod for e in by_load))
+        return failed(
+            name,
+            observed=f"{observed}; and {len(by_load)} more OOMKills under the load ({pods})",
             expected=expected,
             population=population,
             hint="the load alone crosses the containers' memory limit, so the replacements "
@@ -829,6 +863,47 @@ def oom_killed_once(d: RunData) -> CheckResult:
             "max_model_len) so that it refuses what it cannot hold",
         )
     return passed(name, observed=observed, expected=expected, population=population)
+
+
+def _acts(d: RunData, action: str) -> list[Event]:
+    return [e for e in d.events if e.kind == "action" and e.detail.get("action") == action]
+
+
+def _retried_kills(d: RunData, pod: str, ooms: list[Event]) -> list[Event]:
+    """The OOMKills of `pod` that each came after a retry of the act's request and before
+    the next one: the request's own, not the load's. (A cluster's watch reports the exit
+    about a second after the retry's answer was cut.)"""
+    sent = sorted((a for a in _acts(d, "oom_request") if a.pod == pod), key=lambda a: a.t)
+    out = []
+    for i, req in enumerate(sent):
+        after = sent[i + 1] if i + 1 < len(sent) else None
+        if not req.detail.get("retry"):
+            continue
+        hit = next(
+            (e for e in ooms if e.pod == pod and e.t >= req.t and (after is None or e.t < after.t)),
+            None,
+        )  # fmt: skip
+        if hit is not None:
+            out.append(hit)
+    return out
+
+
+def answered_not_killed(answer: dict) -> bool:
+    """An oom_answer's detail: the engine answered the request (refused it, or served it
+    whole) rather than dying of it (its stream cut)."""
+    return answer.get("outcome") == "complete" or (answer.get("status") or 0) >= 400
+
+
+def _retries_answered(d: RunData) -> str:
+    """How the retries of the act's request that were answered ended ("" for none)."""
+    answers = [a for a in _acts(d, "oom_answer") if a.detail.get("retry")]
+    said = [
+        f"retry {a.detail['retry']} answered HTTP {a.detail.get('status')} "
+        f"({a.detail.get('outcome')})"
+        for a in answers
+        if answered_not_killed(a.detail)
+    ]
+    return "; ".join(said)
 
 
 def lost_node_routing(d: RunData) -> CheckResult:

@@ -199,12 +199,16 @@ class DryRunTarget(Target):
     def memory_limit_mb(self, name: str) -> float | None:
         return self.inner.memory_limit_mb(name)
 
-    def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
+    def exhaust_memory(
+        self, name: str, context_tokens: int, model: str | None, retry: int = 0
+    ) -> None:
         self._own(name)
         limit = self.inner.memory_limit_mb(name)
         if limit is None:  # as the real act would be: SKIPPED, nothing sent
             raise CannotRun(f"the engine container of {name} has no memory limit to cross")
-        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit)
+        self.action(
+            "oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, retry=retry
+        )
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._own(name)

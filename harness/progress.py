@@ -87,7 +87,11 @@ ACTION_LINES: dict[str, Callable] = {
     "autoscaler": lambda e, d: f"act: the autoscaler set to {d.get('policy', d)}",
     "load_step": lambda e, d: f"act: load step to {d.get('users')} users",
     "oom_request": lambda e, d: (
-        f"act: a request of {d.get('context_tokens')} tokens of context to {_pod(e)}"
+        (f"retry {d['retry']}: the same" if d.get("retry") else "act: a")
+        + f" request of {d.get('context_tokens')} tokens of context to {_pod(e)}"
+    ),
+    "retry_seen": lambda e, d: (
+        f"retry {d.get('retry')} killed {_pod(e)} again ({d.get('evidence')})"
     ),
     "preempt": lambda e, d: (
         f"act: a pod of priority {d.get('priority')} that fits only where {_pod(e)} runs "
@@ -144,7 +148,18 @@ EVENT_LINES: dict[str, Callable] = {
     "action": _action,
     "sigterm": lambda e: f"SIGTERM to {_pod(e)}",
     "sigkill": lambda e: f"SIGKILL to {_pod(e)}",
-    "exited": lambda e: f"the engine of {_pod(e)} exited",
+    "exited": lambda e: (
+        f"the engine of {_pod(e)} exited"
+        + (f" ({e.detail['reason']})" if e.detail.get("reason") else "")
+    ),
+    "back_off": lambda e: (
+        f"{_pod(e)} waits {e.detail.get('delay_s', '?'):g} s before its restart (CrashLoopBackOff)"
+        if isinstance(e.detail.get("delay_s"), int | float)
+        else f"{_pod(e)} waits before its restart (CrashLoopBackOff)"
+    ),
+    "taint_eviction": lambda e: (
+        f"{_pod(e)} evicted: its toleration of {e.detail.get('taint')} ran out"
+    ),
     "preempted": lambda e: f"the scheduler preempted {_pod(e)} for a pod of higher priority",
     "node_not_ready": lambda e: (
         f"node {e.node} {e.detail.get('status')}: {e.detail.get('reason') or 'no reason given'}"

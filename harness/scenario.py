@@ -242,22 +242,27 @@ class Scenario:
         running = ", ".join(f"{n} on {p}" for p, n in self.victim_in_flight.items())
         self.progress.phase(f"victim chosen: streams running {running} (the engine's gauge)")
 
-    def kill(self, pod: str, by: str = "signal") -> None:
+    def kill(self, pod: str, by: str = "signal", retry: int = 0) -> Event | None:
         """Kill the pod's engine, and wait until the target shows it took effect: the
         engine exited (the kubelet restarts it), was killed by its liveness probe (a
         frozen one), or the pod was removed. by: signal (scenario.kill_signal, pod_kill)
         or memory (a request whose context the container's memory limit cannot hold,
         oom_kill: the kernel kills it). Not seen within scenario.recovery_s, the run
-        stops there (INCONCLUSIVE, or FAIL if a stream broke)."""
+        stops there (INCONCLUSIVE, or FAIL if a stream broke). retry: the same act again
+        (its nth time) on the engine that came back, as a client retries a request that
+        got no answer: its effect is not required, and None when the request was
+        answered instead (refused, or served)."""
         before = next((p for p in self.target.pods() if p.name == pod), None)
         self._restarts_at_kill = before.restarts if before is not None else 0
         t_kill = time.time()
         if by == "memory":
             self.target.exhaust_memory(
-                pod, self.cfg.scenario.oom_context_tokens, self.cfg.load.model
+                pod, self.cfg.scenario.oom_context_tokens, self.cfg.load.model, retry=retry
             )
         else:
             self.target.kill_pod(pod, self.kill_signal)
+        if retry:
+            return self._retry_ended(pod, t_kill, retry)
 
         how = (
             f"a request of {self.cfg.scenario.oom_context_tokens} tokens of context"
@@ -272,6 +277,32 @@ class Scenario:
             seen_as="kill_seen",
             none="the target showed no exit, restart or removal of its engine",
         )
+
+    def _retry_ended(self, pod: str, since: float, retry: int) -> Event | None:
+        """The retried act's end: the engine seen dead (the evidence), or the request
+        answered, refused or served whole (None), for at most scenario.recovery_s (None).
+        A cut answer is not the end: the exit shows on a cluster about a second later."""
+
+        def ended() -> Event | None:
+            for e in self.target.events():
+                if e.pod != pod or e.t < since:
+                    continue
+                if e.kind in V.DEAD_EVIDENCE:
+                    return e
+                if (
+                    e.kind == "action"
+                    and e.detail.get("action") == "oom_answer"
+                    and e.detail.get("retry") == retry
+                    and C.answered_not_killed(e.detail)
+                ):
+                    return e
+            return None
+
+        seen = self.wait_for(ended, self.cfg.scenario.recovery_s, f"retry {retry}'s end")
+        if seen is None or seen.kind == "action":
+            return None
+        self.target.action("retry_seen", pod=pod, evidence=seen.kind, t=seen.t, retry=retry)
+        return seen
 
     def confirm(
         self,

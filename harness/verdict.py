@@ -224,14 +224,36 @@ class RunData:
                     out[e.pod] = min(e.t, out.get(e.pod, e.t))
         return out
 
+    @functools.cached_property
+    def _retried_kills(self) -> list[tuple[str, float, float]]:
+        """oom_kill's act request sent again (scenario.oom_retries) and killing again:
+        (pod, when it was sent, when the target showed the engine dead)."""
+        sent = {
+            (e.pod, e.detail["retry"]): e.t for e in self.events
+            if e.kind == "action" and e.detail.get("action") == "oom_request"
+            and e.detail.get("retry")
+        }  # fmt: skip
+        return [
+            (e.pod, sent[(e.pod, e.detail["retry"])], e.detail.get("t", e.t))
+            for e in self.events
+            if e.kind == "action" and e.detail.get("action") == "retry_seen"
+            and (e.pod, e.detail.get("retry")) in sent
+        ]  # fmt: skip
+
     def struck(self, r: StreamRecord) -> bool:
         """pod_kill: a stream the kill itself cut, so allowed to break: on a victim and in
-        flight at some moment from the kill until the target showed the victim dead. A
-        request that reached the dead pod afterwards is judged like any other."""
+        flight at some moment from the kill until the target showed the victim dead (or
+        from a retry of oom_kill's request until the kill it caused showed). A request
+        that reached the dead pod afterwards is judged like any other."""
         if self.t_act is None or r.pod not in self.victims:
             return False
         dead = self._seen_dead.get(r.pod, self.t_act)
-        return r.sent_at <= dead and r.ended_at >= self.t_act
+        if r.sent_at <= dead and r.ended_at >= self.t_act:
+            return True
+        return any(
+            pod == r.pod and r.sent_at <= seen and r.ended_at >= sent
+            for pod, sent, seen in self._retried_kills
+        )
 
     def victim_time(self, pod: str, kinds=("sigterm",)) -> float | None:
         """When the disruption reached this pod: its first event of the first kind seen."""

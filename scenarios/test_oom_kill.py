@@ -4,7 +4,9 @@ context the engine's memory limit cannot hold, sent to the busiest replica: the 
 
 Streams on it must fail fast with an error, never hang; streams on other pods are
 untouched; the restarted engine serves again within the set time; and nothing is
-OOMKilled after it (the load alone crossing the limit is a crash loop).
+OOMKilled after it (the load alone crossing the limit is a crash loop). With
+scenario.oom_retries the request is sent again to the engine that came back, as a client
+retries one that got no answer: each kill it causes is a crash loop of one request.
 """
 
 import pytest
@@ -22,8 +24,13 @@ def test_oom_kill(scenario):
     scenario.disturb(victim.name)
     scenario.kill(victim.name, by="memory")
 
-    # observe: the restarted engine (or a replacement) ready and serving
+    # observe: the restarted engine (or a replacement) ready and serving; a client that
+    # retries the request that got no answer sends it again to the engine that came back
     scenario.wait_replaced(victim.name)
+    for retry in range(1, scenario.cfg.scenario.oom_retries + 1):
+        if scenario.kill(victim.name, by="memory", retry=retry) is None:
+            break  # answered this time (refused, or served): nothing more to retry
+        scenario.wait_replaced(victim.name)
     scenario.cool_down()
 
     # judge

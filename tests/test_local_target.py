@@ -235,6 +235,23 @@ def test_killed_container_is_restarted(target_factory):
     assert "exited" in kinds(t, pod) and "unready" in kinds(t, pod)
 
 
+def test_each_restart_of_a_crash_looping_container_waits_twice_as_long(target_factory):
+    """CrashLoopBackOff as the kubelet does it: a container that keeps dying waits
+    restart_backoff_s before its first restart, then twice as long each time, and the
+    wait is on the timeline (as a cluster's pod status shows it)."""
+    t = target_factory("pod.restart_backoff_s=0.3", replicas=1)
+    pod = t.pods()[0].name
+    for n in (1, 2, 3):
+        t.kill_pod(pod, signal.SIGKILL)
+        t.wait_for(lambda n=n: t.pods()[0].restarts == n and t.pods()[0].ready, 20, "a restart")
+    events = [e for e in t.events() if e.pod == pod]
+    waits = [e.detail["delay_s"] for e in events if e.kind == "back_off"]
+    assert waits == [0.3, 0.6, 1.2]
+    exits = [e.t for e in events if e.kind == "exited"]
+    starts = [e.t for e in events if e.kind == "container_started"][1:]
+    assert all(s - x >= w for x, s, w in zip(exits, starts, waits, strict=True)), (exits, starts)
+
+
 def test_liveness_failure_restarts_a_frozen_engine(target_factory):
     t = target_factory(
         "pod.liveness_probe.period_s=0.2",

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from harness.cluster.kube import access
-from harness.cluster.kube.watches import _termination
+from harness.cluster.kube.watches import _back_off, _termination
 from harness.config import ConfigError
 from harness.config.schema import load_config
 
@@ -80,3 +80,23 @@ def test_one_exit_reads_the_same_before_and_after_the_kubelet_restarts_the_conta
     assert down == up and down["code"] == 137 and down["container_id"] == "abcdef012345"
     oom = _termination(pod(last=killed(137, "OOMKilled"), restarts=2), "engine")
     assert oom["reason"] == "OOMKilled" and oom != up
+
+
+def test_a_crash_loop_back_off_is_read_from_the_containers_waiting_state():
+    """CrashLoopBackOff, as the kubelet writes it into the status while it waits: the
+    back-off in seconds and the restarts so far; nothing while the container runs."""
+
+    def waiting(message, reason="CrashLoopBackOff"):
+        return client.V1ContainerState(
+            waiting=client.V1ContainerStateWaiting(reason=reason, message=message)
+        )
+
+    twenty = "back-off 20s restarting failed container=engine pod=sim-1_ns(uid)"
+    assert _back_off(pod(state=waiting(twenty), restarts=2), "engine") == {
+        "delay_s": 20,
+        "restarts": 2,
+    }
+    five_min = waiting("back-off 5m0s restarting failed container=engine pod=sim-1_ns(uid)")
+    assert _back_off(pod(state=five_min, restarts=9), "engine")["delay_s"] == 300
+    assert _back_off(pod(state=waiting("", "ContainerCreating")), "engine") is None
+    assert _back_off(pod(), "engine") is None

@@ -858,3 +858,50 @@ def test_oom_killed_once_confirms_the_act_and_fails_a_load_that_crosses_the_limi
     ]
     r = C.oom_killed_once(data(records, refused, **kw))
     assert status(r) == "inconclusive" and "refused the request (HTTP 400)" in r.reason
+
+
+def test_a_retried_request_that_kills_again_is_a_crash_loop_of_one_request():
+    """oom_kill with scenario.oom_retries: each OOMKill after a retry of the act's request
+    (and before the next) is that request's, named with the restarts and the back-offs
+    the pod's status gave; streams its kills cut are the act's, not the gateway's; a
+    retry the engine answered (refused) is said, and no crash loop."""
+    oom = dict(code=137, reason="OOMKilled")
+    kw = dict(victims=["p1"], expect_broken_on_victims=True)
+
+    def retry(n, t):
+        return ev(t, "action", "p1", action="oom_request", context_tokens=400000, retry=n)
+
+    events = [
+        ev(T, "action", "p1", action="oom_request", context_tokens=400000, retry=0),
+        ev(T + 0.3, "exited", "p1", restarts=0, **oom),
+        ev(T + 0.3, "back_off", "p1", delay_s=0.5, restarts=1),
+        retry(1, T + 5),
+        ev(T + 5.2, "exited", "p1", restarts=1, **oom),
+        ev(T + 5.2, "back_off", "p1", delay_s=1.0, restarts=2),
+        ev(T + 5.2, "action", "p1", action="retry_seen", evidence="exited", retry=1),
+        retry(2, T + 9),
+        ev(T + 9.4, "exited", "p1", restarts=2, **oom),
+        ev(T + 9.4, "action", "p1", action="retry_seen", evidence="exited", retry=2),
+    ]
+    cut = rec("cut", "reset", sent=T + 4, dur=1.3, pod="p1")  # in flight at retry 1's kill
+    later = rec("later", "reset", sent=T + 7, dur=0.5, pod="p1")  # cut by nothing retried
+    d = data([rec("a", sent=T - 3, dur=1), cut, later], events, **kw)
+    r = C.oom_killed_once(d)
+    assert status(r) == "fail", r.observed
+    assert "sent 2 times more as a client retries one that got no answer" in r.observed
+    assert "OOMKilled the restarted engine 2 more times (restarts 2" in r.observed
+    assert (
+        "back-off 0.5 s, 1 s)" in r.observed and "a crash loop caused by one request" in r.observed
+    )
+    assert "under the load" not in r.observed and "max_model_len" in r.hint
+    assert d.struck(cut) and not d.struck(later)
+    # the retry refused (a context above max_model_len after all): said, no crash loop
+    answered = events[:4] + [
+        ev(T + 5.1, "action", "p1", action="oom_answer", outcome="http_error", status=400, retry=1)
+    ]
+    r = C.oom_killed_once(data([rec("a", sent=T - 3, dur=1)], answered, **kw))
+    assert status(r) == "pass" and "retry 1 answered HTTP 400 (http_error)" in r.observed
+    # an OOMKill with no retry before it is the load's, as before
+    load = events[:3] + [ev(T + 6, "exited", "p2", **oom)]
+    r = C.oom_killed_once(data([rec("a", sent=T - 3, dur=1)], load, **kw))
+    assert status(r) == "fail" and "1 more OOMKills under the load (p2)" in r.observed

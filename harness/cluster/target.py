@@ -345,11 +345,14 @@ class Target(abc.ABC):
         """The engine container's memory limit in MiB, or None (no limit)."""
         return None
 
-    def exhaust_memory(self, name: str, context_tokens: int, model: str | None) -> None:
+    def exhaust_memory(
+        self, name: str, context_tokens: int, model: str | None, retry: int = 0
+    ) -> None:
         """oom_kill's act: one request to the pod's engine itself (not the gateway) with
         a context its container's memory limit cannot hold, from a thread of its own (the
         kill cuts its answer, which nobody waits for); the kernel's OOM killer, or the
-        local kubelet at the limit, ends the engine."""
+        local kubelet at the limit, ends the engine. retry: the same request sent again
+        (its nth time), as a client retries one that got no answer."""
         import threading
 
         from harness.calibration import warm_up
@@ -363,7 +366,9 @@ class Target(abc.ABC):
             )
         url, settings = self.pod_endpoint(name)
         key = None if "headers" in settings else self.auth_headers()
-        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit)
+        self.action(
+            "oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, retry=retry
+        )
 
         def send() -> None:
             try:
@@ -371,7 +376,7 @@ class Target(abc.ABC):
             except Exception:  # the answer is the kill's to cut: its end says nothing
                 return
             # how the request ended: a refusal (a context above max_model_len) is no kill
-            self.action("oom_answer", pod=name, outcome=r.outcome, status=r.status)
+            self.action("oom_answer", pod=name, outcome=r.outcome, status=r.status, retry=retry)
 
         threading.Thread(target=send, name="oom-request", daemon=True).start()
 

@@ -103,6 +103,8 @@ class PodSettings:
     startup_probe: Probe | None = field(default_factory=lambda: Probe(0.1, 600))
     readiness_probe: Probe = field(default_factory=lambda: Probe(0.2, 1))
     liveness_probe: Probe | None = field(default_factory=lambda: Probe(1.0, 3))
+    # the wait before a crashed container's first restart; each later one waits twice as
+    # long, up to 300 s (the kubelet's CrashLoopBackOff: 10 s, 20 s, 40 s, ...)
     restart_backoff_s: float = 0.5
     # the container's memory limit (resources.limits.memory): the local kubelet kills the
     # engine when its resident memory crosses it, as the kernel's OOM killer would
@@ -279,6 +281,10 @@ class ScenarioTiming:
     # directly, which its memory limit must not hold (the simulator holds
     # memory_mb_per_1k_tokens for each 1000)
     oom_context_tokens: int = 400_000
+    # oom_kill: how many times that request is sent again once the engine it killed serves
+    # again, as a client retries a request that got no answer; a request that kills every
+    # engine it reaches is a crash loop of one request (0: sent once)
+    oom_retries: int = 0
     # preemption: how long the preemptor holds the victim's accelerators (the victim's
     # replacement waits Pending meanwhile) before it leaves
     preemption_hold_s: float = 10.0

@@ -156,6 +156,15 @@ CASES = [
         {"lost_node_routing"},
     ),
     (
+        # the act's request sent again twice to the engine that came back, as a client
+        # retries one that got no answer: it kills each restarted engine
+        "oom-retried-poison-request",
+        "oom_kill",
+        ["scenario.oom_retries=2"],
+        {"reset"},
+        {"oom_killed_once"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],

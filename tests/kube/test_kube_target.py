@@ -965,6 +965,32 @@ def test_an_oom_kill_on_real_kubelets_is_the_kernels_and_the_container_says_oomk
     cut_at_once(records, victim, act["t"], exited["t"] + 1.0)  # ended with the engine
 
 
+def test_a_retried_poison_request_is_a_crash_loop_the_kubelet_backs_off_from(
+    kube_local, namespace, deployed, tmp_path
+):
+    """The same request sent again twice to the engine that came back (as a client retries
+    a request that got no answer, scenario.oom_retries=2): the kernel kills each restarted
+    engine, the kubelet waits longer before each restart (CrashLoopBackOff, read from the
+    container's waiting state), and the verdict FAILs naming a crash loop caused by one
+    request, with the restarts and the back-offs."""
+    ingress = deployed()
+    r, summary, events, _, acts = run_pod_kill(
+        kube_local, namespace, ingress, tmp_path / "reports", "scenario.recovery_s=120",
+        "scenario.oom_retries=2", kind="oom_kill",
+    )  # fmt: skip
+    assert summary["verdict"] == "fail", (not_passing(summary), r.stdout[-2000:])
+    (check,) = [c for c in summary["checks"] if c["name"] == "oom_killed_once"]
+    victim = acts["oom_request"]["pod"]
+    ooms = [e for e in events if e["kind"] == "exited" and e["pod"] == victim
+            and e["detail"].get("reason") == "OOMKilled"]  # fmt: skip
+    waits = [e["detail"]["delay_s"] for e in events if e["kind"] == "back_off"]
+    t0 = next(e["t"] for e in events if e["detail"].get("action") == "oom_request")
+    print("OOMKills (s from the act):", [round(e["t"] - t0, 1) for e in ooms])
+    print("back-offs:", waits, check["observed"])
+    assert check["status"] == "fail" and "a crash loop caused by one request" in check["observed"]
+    assert len(ooms) == 3 and waits and waits == sorted(waits) and waits[-1] >= 10, waits
+
+
 PREEMPTION = ("kube.allow_preemption=true", "kube.preemptor_image=localhost/rollcheck/pause:1")
 
 

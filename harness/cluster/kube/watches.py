@@ -4,6 +4,7 @@ resourceVersion (410 Gone -> relist), and the gateway pods' logs."""
 from __future__ import annotations
 
 import atexit
+import re
 import socket
 import threading
 from pathlib import Path
@@ -129,6 +130,23 @@ def _termination(pod, engine: str | None) -> dict | None:
         "finished": term.finished_at.isoformat() if term.finished_at else None,
         "container_id": (term.container_id or "").split("://", 1)[-1][:12],
     }
+
+
+# the kubelet's CrashLoopBackOff message: "back-off 20s restarting failed container=..."
+BACK_OFF = re.compile(r"back-off (?:(\d+)m)?(\d+)s")
+
+
+def _back_off(pod, engine: str | None) -> dict | None:
+    """The engine container's wait before its next restart as its status shows it (state
+    waiting, reason CrashLoopBackOff): the back-off in seconds (None if the message does
+    not say) and the restart count; None while it is not waiting so."""
+    c = engine_status(pod, engine)
+    waiting = c.state.waiting if c is not None and c.state else None
+    if waiting is None or waiting.reason != "CrashLoopBackOff":
+        return None
+    m = BACK_OFF.search(waiting.message or "")
+    delay = int(m.group(1) or 0) * 60 + int(m.group(2)) if m else None
+    return {"delay_s": delay, "restarts": c.restart_count}
 
 
 def _restarts(pod, engine: str | None) -> int:
@@ -267,6 +285,9 @@ class Watches:
         if ended is not None and old is not None and _termination(old, self.s.engine) != ended:
             restarts = _restarts(pod, self.s.engine)
             emit("exited", pod=name, node=node, version=version, restarts=restarts, **ended)
+        waits = _back_off(pod, self.s.engine)
+        if waits is not None and (old is None or _back_off(old, self.s.engine) != waits):
+            emit("back_off", pod=name, node=node, version=version, **waits)
         self._capacity_event()
 
     def _capacity_event(self) -> None:

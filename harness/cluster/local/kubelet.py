@@ -4,7 +4,8 @@ Probes as the kubelet runs them (startup gates readiness and liveness; readiness
 only removes the pod from endpoints; liveness restarts the container); a
 container that exits is restarted after a backoff (restartPolicy: Always); and
 deletion runs preStop, then SIGTERM, then SIGKILL at terminationGracePeriodSeconds
-counted from the start of the deletion. A pod whose node loses power freezes where it
+counted from the start of the deletion (each restart waiting twice as long as the one
+before: CrashLoopBackOff). A pod whose node loses power freezes where it
 stands and its kubelet falls silent (lose_node) until the node is back (node_back), when
 its container is found dead and restarted, or the pod's deletion completed. The local
 target uses it (kube-local runs real kubelets; docs/facts.md lists where the real kubelet
@@ -33,6 +34,7 @@ from harness.files import open_append
 from harness.proc import kill_group
 
 TICK_S = 0.02
+MAX_BACK_OFF_S = 300.0  # the kubelet's longest wait before restarting a container
 PR_SET_PDEATHSIG = 1
 
 
@@ -203,7 +205,13 @@ class PodRunner(threading.Thread):
                 self._set_ready(False, reason)
                 self.started = False
                 self.restarts += 1
-                if self._deletion.wait(self.spec.settings.restart_backoff_s):
+                # CrashLoopBackOff: the wait doubles with each restart, up to the kubelet's 300 s
+                delay = min(
+                    self.spec.settings.restart_backoff_s * 2 ** (self.restarts - 1),
+                    MAX_BACK_OFF_S,
+                )
+                self.emit("back_off", delay_s=delay, restarts=self.restarts)
+                if self._deletion.wait(delay):
                     break
             self._terminate()
         finally:
@@ -268,7 +276,13 @@ class PodRunner(threading.Thread):
                 _killpg(self.proc, signal.SIGKILL)
                 self.proc.wait()
                 self.exit_code = 137
-                self.emit("exited", code=137, reason="OOMKilled", limit_mb=s.memory_limit_mb)
+                self.emit(
+                    "exited",
+                    code=137,
+                    reason="OOMKilled",
+                    limit_mb=s.memory_limit_mb,
+                    restarts=self.restarts,
+                )
                 return "OOMKilled"
             code = self.proc.poll()
             if code is not None:
