@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.streams import End, Outcome, StreamRecord, Thresholds, judge_bytes
@@ -155,3 +157,21 @@ def test_a_streams_expected_end_carries_its_own_pace_on():
     assert obs.expected_end(2) == pytest.approx(1000.3)  # past its length: ends now
     obs.chunk(STOP + DONE, 0.4)
     assert obs.expected_end(10) is None
+
+
+def test_a_content_key_before_the_deltas_is_not_taken_for_it():
+    """The token chunk shortcut finds the content by its key: an earlier field with a
+    "content" of the same text must not be read as the delta's (the shape is checked by
+    reading its text back with another content)."""
+    from harness.streams import StreamObserver
+
+    def event(note: str, content: str) -> bytes:
+        obj = {"meta": {"content": note}, "choices": [{"index": 0, "delta": {"content": content}}]}
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    obs = StreamObserver("r", 0.0, Thresholds(30), keep_text=True)
+    obs.headers(200, "text/event-stream", 0.0)
+    for i, piece in enumerate([event("a", "a"), event("b", "a"), event("c", "a")]):
+        obs.chunk(piece, 0.1 * (i + 1))
+    obs.chunk(b"data: [DONE]\n\n", 0.5)
+    assert obs.pieces == ["a", "a", "a"] and obs.tokens == 3

@@ -193,3 +193,60 @@ def test_the_usual_chunk_shortcut_clears_exactly_what_the_field_walk_clears(obj)
     from harness.streams.judge import _first_wrong_type, _usual
 
     assert _usual(obj) == (_first_wrong_type(obj) is None), obj
+
+
+_token_choice = st.fixed_dictionaries(
+    {"delta": _some_of("role", "reasoning", "tool_calls")},
+    optional={"index": st.integers(), "finish_reason": _field, "text": _field, "logprobs": _field},
+)
+_token_chunk = st.fixed_dictionaries(
+    {"choices": st.lists(_token_choice, min_size=1, max_size=2)},
+    optional={"id": _field, "model": _field, "created": st.integers(), "usage": _field},
+)
+_other = st.one_of(
+    _chunk, st.just({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+)
+
+
+@bounded(500)
+@given(
+    template=_token_chunk,
+    contents=st.lists(
+        st.one_of(st.text(max_size=6), st.sampled_from(['"', "\\", "\n", "\u2028"])), max_size=12
+    ),
+    others=st.lists(st.tuples(st.integers(0, 12), _other), max_size=3),
+    compact=st.booleans(),
+    cuts=st.lists(st.integers(0, 4000), max_size=8),
+)
+def test_the_token_chunk_shortcut_reads_exactly_what_parsing_each_chunk_reads(
+    template, contents, others, compact, cuts
+):
+    """A token chunk whose text is the last one's but for its content is read as that
+    chunk with that content, without parsing it: every stream gives the same record and
+    the same text as parsing every chunk (the shortcut off), whatever the contents
+    (quotes, backslashes, line separators) and whatever other chunks come between."""
+
+    def text(obj):
+        return json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj)
+
+    events = []
+    for content in contents:
+        first, *rest = template["choices"]
+        choice = dict(first, delta=dict(first["delta"], content=content))
+        chunk = dict(template, choices=[choice, *rest])
+        events.append(text(chunk))
+    for at, other in others:
+        events.insert(at, text(other))
+    body = b"".join(b"data: " + e.encode() + b"\n\n" for e in events) + DONE
+    pieces = split(body, cuts)
+
+    def read(shortcut: bool):
+        obs = StreamObserver("r", 0.0, SMALL, keep_text=True)
+        if not shortcut:
+            obs._learned = 10**9  # no shape learned: every chunk parsed
+        obs.headers(200, "text/event-stream", 0.0)
+        for t, piece in pieces:
+            obs.chunk(piece, t)
+        return obs.finish(End.EOF, 5.0).to_json(), obs.pieces
+
+    assert read(True) == read(False)

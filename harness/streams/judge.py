@@ -83,6 +83,8 @@ class StreamObserver:
         self.upstream: str | None = None  # the serving pod, when the gateway names it
         self.content_encoding: str | None = None  # set by the client when not identity
         self.overflowed = False  # an event over max_event_bytes: judged, read no further
+        self._shape: _TokenShape | None = None  # the usual token chunk's text, learned
+        self._learned = 0  # shapes learned (a server whose chunks all differ stops it)
 
     # --- feeding -------------------------------------------------------------
     def headers(self, status: int, content_type: str | None, t: float) -> None:
@@ -145,6 +147,13 @@ class StreamObserver:
         if ev.data.strip() == "[DONE]":
             self.done = True
             return
+        if self._shape is not None:
+            content = self._shape.content(ev.data)
+            if content is not None:  # the usual token chunk again: one token more
+                self._token(ev.t)
+                if self.pieces is not None:
+                    self.pieces.append(content)
+                return
         try:
             obj = _loads(ev.data)
         except ValueError:
@@ -178,6 +187,10 @@ class StreamObserver:
                     self.pieces.append(_content(choice))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+        if self._learned < MAX_SHAPES and "rollcheck_sent_at" not in obj:
+            shape = _TokenShape.learn(ev.data, obj)
+            if shape is not None:
+                self._shape, self._learned = shape, self._learned + 1
 
     def _token(self, t: float) -> None:
         self.tokens += 1
@@ -282,6 +295,72 @@ class StreamObserver:
 
 
 _SCAN = json.JSONDecoder().scan_once  # the C scanner json.loads ends in
+MAX_SHAPES = 4  # token chunk shapes learned per stream, at most
+_CONTENT_KEY = '"content":'
+
+
+class _TokenShape:
+    """The text of a usual token chunk around its content string (one choice, its
+    delta's content and nothing that changes the answer's state: no finish_reason, usage,
+    error or send stamp). A later event whose text is the same but for another content
+    is the same chunk with that content: one token more, read without parsing or
+    type-checking it again. Only a content with no quote, backslash or unprintable
+    character is read this way (its JSON text is then itself); any other event goes the
+    whole way, so no verdict changes."""
+
+    __slots__ = ("prefix", "suffix", "size")
+
+    def __init__(self, prefix: str, suffix: str):
+        self.prefix, self.suffix = prefix, suffix
+        self.size = len(prefix) + len(suffix)
+
+    def content(self, text: str) -> str | None:
+        """The content of `text` if it is this chunk with another content, else None."""
+        if len(text) <= self.size or not (
+            text.startswith(self.prefix) and text.endswith(self.suffix)
+        ):
+            return None
+        content = text[len(self.prefix) : len(text) - len(self.suffix)]
+        if '"' in content or "\\" in content or not content.isprintable():
+            return None
+        return content
+
+    @classmethod
+    def learn(cls, text: str, obj: dict) -> _TokenShape | None:
+        """The shape of `text`, parsed as `obj`, when it is a usual token chunk."""
+        choices = obj.get("choices")
+        if not (isinstance(choices, list) and len(choices) == 1) or obj.get("usage"):
+            return None
+        (choice,) = choices
+        delta = choice.get("delta")
+        if choice.get("finish_reason") is not None or choice.get("text") is not None:
+            return None
+        if not isinstance(delta, dict) or any(
+            delta.get(k) for k in ("reasoning", "reasoning_content", "tool_calls")
+        ):
+            return None
+        content = delta.get("content")
+        key = text.find(_CONTENT_KEY)
+        if not (isinstance(content, str) and content) or key < 0:
+            return None
+        start = key + len(_CONTENT_KEY)
+        while text[start : start + 1] in (" ", "\t"):  # json.dumps writes '": "'
+            start += 1
+        if text[start : start + 1] != '"':
+            return None
+        start += 1
+        end = start + len(content)
+        if text[start:end] != content or text[end : end + 1] != '"':
+            return None  # escaped, or the key is not where the content is
+        shape = cls(text[:start], text[end:])
+        # the same text with another content must read as the same chunk with it
+        probe = shape.prefix + "x" + shape.suffix
+        try:
+            same = _loads(probe)
+        except ValueError:
+            return None
+        expected = dict(obj, choices=[dict(choice, delta=dict(delta, content="x"))])
+        return shape if same == expected else None
 
 
 def _loads(text: str):
