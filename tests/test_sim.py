@@ -580,3 +580,88 @@ def test_with_enable_log_requests_the_simulator_logs_each_request_as_vllm_does(t
     lines = log.read_text().splitlines()
     assert received_ids(lines) == ["log-1", "log-2"], lines
     assert any("Received request chatcmpl-log-1: params: SamplingParams(" in x for x in lines)
+
+
+def test_lora_adapters_load_answer_and_unload_as_vllm_does(sim_factory):
+    """Runtime LoRA adapters as vLLM 0.32 serves them: an adapter loaded by name answers
+    requests naming it with its own weights (its chunks name it as their model), is listed
+    in /v1/models, is refused a second load without load_inplace, and after its unload a
+    request naming it gets the 404 "does not exist" answer; a stream in flight on it at the
+    unload goes on to its end (the engine keeps the adapter)."""
+    sim = sim_factory(runtime_lora=True, itl_s=0.02)
+
+    def lora(path, **kw):
+        return httpx.post(f"{sim.url}/v1/{path}_lora_adapter", json=kw)
+
+    def answer(model, seed=1):
+        r = httpx.post(sim.url + CHAT, json=body(stream=False, model=model, seed=seed))
+        return r.status_code, r.json()
+
+    r = lora("load", lora_name="support-v1", lora_path="/adapters/support/1")
+    assert (r.status_code, r.text) == (
+        200,
+        "Success: LoRA adapter 'support-v1' added successfully.",
+    )
+    base, v1 = answer("rollcheck-sim"), answer("support-v1")
+    assert v1[0] == 200 and v1[1]["model"] == "support-v1"
+    assert v1[1]["choices"][0]["message"] != base[1]["choices"][0]["message"]
+    ids = [m["id"] for m in httpx.get(sim.url + "/v1/models").json()["data"]]
+    assert ids == ["rollcheck-sim", "support-v1"]
+    again = lora("load", lora_name="support-v1", lora_path="/adapters/support/1")
+    assert (
+        again.status_code == 400 and "has already been loaded" in again.json()["error"]["message"]
+    )
+    assert lora("load", lora_name="x").status_code == 400  # a path is required
+    assert lora("load", lora_name="rollcheck-sim", lora_path="/p").status_code == 400
+
+    reader = StreamReader(sim.url, body(model="support-v1", max_tokens=50, ignore_eos=True))
+    reader.first_byte.wait(5)
+    assert lora("unload", lora_name="support-v1").status_code == 200
+    reader.join(10)
+    chunks = events(reader.raw)
+    assert chunks[-1] == "[DONE]" and chunks[-2]["choices"][0]["finish_reason"] == "length"
+    status, gone = answer("support-v1")
+    assert status == 404 and gone["error"]["message"].startswith("The model `support-v1` does")
+    assert lora("unload", lora_name="support-v1").status_code == 404
+
+
+def test_an_adapter_reloaded_in_place_answers_with_its_new_weights_unless_the_engine_keeps_them(
+    sim_factory,
+):
+    """A reload in place (load_inplace, the same name, a new path) keeps the adapter's id:
+    vLLM replaces the weights; an engine that caches adapters by id (stale_lora_reload)
+    goes on answering with the old ones, the failure versioned names avoid."""
+    fresh, stale = (
+        sim_factory(runtime_lora=True),
+        sim_factory(runtime_lora=True, stale_lora_reload=True),
+    )
+
+    def text(sim, model="support"):
+        r = httpx.post(sim.url + CHAT, json=body(stream=False, model=model, seed=3))
+        return r.json()["choices"][0]["message"]["content"]
+
+    for sim in (fresh, stale):
+        httpx.post(
+            sim.url + "/v1/load_lora_adapter", json={"lora_name": "support", "lora_path": "/a/1"}
+        )
+    old = text(fresh)
+    assert text(stale) == old  # the same weights answer the same
+    for sim in (fresh, stale):
+        r = httpx.post(
+            sim.url + "/v1/load_lora_adapter",
+            json={"lora_name": "support", "lora_path": "/a/2", "load_inplace": True},
+        )
+        assert r.status_code == 200
+    assert text(fresh) != old and text(stale) == old
+    # a new name is a new adapter, whatever the engine caches
+    httpx.post(
+        stale.url + "/v1/load_lora_adapter", json={"lora_name": "support-2", "lora_path": "/a/2"}
+    )
+    assert text(stale, "support-2") == text(fresh)
+
+
+def test_without_runtime_lora_the_adapter_endpoints_do_not_exist(sim_factory):
+    sim = sim_factory()
+    r = httpx.post(sim.url + "/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": "/a"})
+    assert r.status_code == 404
+    assert httpx.post(sim.url + CHAT, json=body(stream=False, model="a")).status_code == 404

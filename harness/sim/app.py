@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from harness.quantiles import quantile_of_sorted
 from harness.sim import text
+from harness.sim.adapters import AdapterError, Adapters
 from harness.sim.settings import FAULT_KINDS, SimSettings
 
 Scope = dict
@@ -487,9 +488,13 @@ class Request:
     seed: int
     include_usage: bool
     fault: Fault | None
+    model: str = ""  # the model the request named: the base model's name or an adapter's
+    adapter: tuple[int, str] | None = None  # its adapter's id and weights
 
 
-def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict) -> Request:
+def parse_request(
+    body: bytes, chat: bool, settings: SimSettings, headers: dict, adapters: Adapters | None = None
+) -> Request:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -497,7 +502,8 @@ def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict)
     if not isinstance(data, dict):
         raise BadRequest(400, "request body must be a JSON object")
     model = data.get("model", settings.model)
-    if model != settings.model:
+    adapter = adapters.weights(model) if adapters is not None and isinstance(model, str) else None
+    if model != settings.model and adapter is None:
         raise BadRequest(
             404,
             f"The model `{model}` does not exist. Valid aliases: {settings.model}.",
@@ -548,6 +554,8 @@ def parse_request(body: bytes, chat: bool, settings: SimSettings, headers: dict)
         seed=int(data.get("seed") or 0),
         include_usage=bool(stream_options.get("include_usage", False)),
         fault=fault,
+        model=model,
+        adapter=adapter,
     )
 
 
@@ -556,6 +564,7 @@ class SimApp:
         self.s = settings
         self.engine = Engine(settings, on_exit)
         self.fingerprint = f"fp_{settings.model_version}"
+        self.adapters = Adapters(settings.model, settings.stale_lora_reload)
 
     def _authorized(self, scope: Scope) -> bool:
         key = self.s.api_key or os.environ.get("VLLM_API_KEY", "")
@@ -582,6 +591,8 @@ class SimApp:
                 )
             elif path == "/v1/models":
                 await _respond_json(send, 200, self._models())
+            elif self.s.runtime_lora and method == "POST" and path in LORA_PATHS:
+                await self._lora(path, receive, send)
             elif path == "/version":
                 await _respond_json(send, 200, {"version": f"rollcheck-sim {self.s.model_version}"})
             elif path == "/metrics":
@@ -618,9 +629,27 @@ class SimApp:
                     "owned_by": "rollcheck",
                     "root": self.s.model,
                     "max_model_len": self.s.max_model_len or 8192,
-                }
+                },
+                *self.adapters.cards(),
             ],
         }
+
+    async def _lora(self, path: str, receive: Receive, send: Send) -> None:
+        """Load or unload an adapter (harness/sim/adapters.py): 200 with vLLM's text."""
+        body = await _read_body(receive)
+        try:
+            data = json.loads(body)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+        act = self.adapters.load if path == LORA_PATHS[0] else self.adapters.unload
+        try:
+            said = act(data)
+        except AdapterError as exc:
+            raise BadRequest(exc.status, exc.message, exc.err_type) from None
+        _log(f"{said}")
+        await _respond(send, 200, said.encode(), b"text/plain; charset=utf-8")
 
     def _pick_fault(self) -> Fault | None:
         s, r = self.s, self.engine.rng.random()
@@ -636,14 +665,9 @@ class SimApp:
         return None
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await _read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        req = parse_request(body, chat, self.s, headers)
+        req = parse_request(body, chat, self.s, headers, self.adapters)
         fault = req.fault or self._pick_fault()
         if fault and fault.kind == "http_error":
             msg = f"injected error {fault.status}"
@@ -663,10 +687,13 @@ class SimApp:
         if self.engine.busy():
             await _respond(send, 503, BUSY_503)
             return
+        weights = self.s.weights or self.s.model_version
+        if req.adapter is not None:  # the adapter's weights over the base model's
+            weights += f"+lora:{req.adapter[1]}"
         tokens, finish = text.answer(
             req.prompt,
             req.seed + self.s.seed,
-            self.s.weights or self.s.model_version,
+            weights,
             max_tokens=req.max_tokens,
             ignore_eos=req.ignore_eos,
             min_tokens=req.min_tokens,
@@ -678,7 +705,7 @@ class SimApp:
         if self.s.enable_log_requests:  # vLLM 0.32's request_logger.py line
             _log(
                 f"Received request {name}: params: SamplingParams(max_tokens={req.max_tokens}, "
-                f"seed={req.seed}), lora_request: None."
+                f"seed={req.seed}), lora_request: {_lora_request(req)}."
             )
         stream = Stream(req.request_id)
         if self.engine.draining:
@@ -705,7 +732,7 @@ class SimApp:
             "id": ("chatcmpl-" if req.chat else "cmpl-") + req.request_id,
             "object": "chat.completion.chunk" if req.chat else "text_completion",
             "created": created,
-            "model": self.s.model,
+            "model": req.model or self.s.model,
             "choices": [choice] if choice is not None else [],
         }
         if terminal:  # vLLM 0.32 puts system_fingerprint on the last JSON chunk only
@@ -781,7 +808,7 @@ class SimApp:
                 "id": prefix + req.request_id,
                 "object": obj_type,
                 "created": int(time.time()),
-                "model": self.s.model,
+                "model": req.model or self.s.model,
                 "system_fingerprint": self.fingerprint,
                 "choices": [choice],
                 "usage": usage,
@@ -982,6 +1009,25 @@ class StreamAnswer:
             }
             await self.emit(self.chunk(None, terminal=True, usage=usage))
         await self.emit(DONE)
+
+
+LORA_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+
+
+def _lora_request(req: Request) -> str:
+    """vLLM's request log names the adapter a request runs on (None for the base model)."""
+    if req.adapter is None:
+        return "None"
+    return f"LoRARequest(lora_name='{req.model}', lora_int_id={req.adapter[0]})"
+
+
+async def _read_body(receive: Receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
 
 
 def _log(message: str) -> None:

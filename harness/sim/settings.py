@@ -60,6 +60,10 @@ class SimSettings:
     fault_crash_rate: float = 0.0
     fault_after_tokens: int = 3
     memory_mb_per_1k_tokens: float = 0.0
+    # LoRA adapters loaded and unloaded at run time (vLLM's --enable-lora with
+    # VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
+    runtime_lora: bool = False
+    stale_lora_reload: bool = False
 
     def validate(self) -> None:
         if self.shutdown_mode not in SHUTDOWN_MODES:
@@ -130,6 +134,10 @@ _HELP = {
     "memory_mb_per_1k_tokens": "host memory each request holds while in flight, per 1000 "
     "tokens of its context (prompt and answer), as a KV cache offloaded to host memory: "
     "with a memory limit, one long context or enough load crosses it (oom_kill)",
+    "runtime_lora": "serve /v1/load_lora_adapter and /v1/unload_lora_adapter, and requests "
+    "naming a loaded adapter, as vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+    "stale_lora_reload": "an adapter reloaded in place keeps answering with its old weights "
+    "(an engine that caches adapters by id)",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",
     "fault_http_status": "status of injected HTTP errors (429, 500, 503, ...)",
     "fault_error_event_rate": "share of streams that get an error event after N tokens",
