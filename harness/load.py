@@ -24,7 +24,7 @@ import httpx
 import loadgen
 from harness.client import http_get, http_post
 from harness.config import ConfigError
-from harness.config.load import LoadSettings, Share, web_ui_address
+from harness.config.load import LoadSettings, ModelShare, Share, check_models, web_ui_address
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
 from harness.load_sizing import TARGET_CPU, Sizing, size
@@ -121,6 +121,7 @@ class LoadRun:
         self.workers: list[subprocess.Popen] = []
         self._logs: list = []
         self.result: LoadResult | None = None
+        self._models_seq = 0  # set_models' changes so far
 
     # --- lifecycle ---------------------------------------------------------
     def preflight(self) -> None:
@@ -299,6 +300,25 @@ class LoadRun:
             alive=self._check_alive,
             detail=lambda: f"load status: {self.counts()}",
         )
+
+    def set_models(self, models: list[ModelShare], timeout_s: float = 10.0) -> float:
+        """From now on the requests name these models with these weights (the rest
+        load.model): the master passes the mix on to every worker; returns when all have
+        taken it (epoch seconds, from the workers' status)."""
+        try:
+            check_models(models)
+        except ValueError as exc:
+            raise ConfigError(f"load: {exc}") from None
+        self._models_seq += 1
+        seq = self._models_seq
+        data = {"seq": seq, "models": [asdict(m) for m in models]}
+        write_atomic(self.load_dir / "models.json", json.dumps(data))
+        self._wait(
+            lambda st: st and st.get("models_seq", 0) >= seq,
+            timeout_s,
+            f"every worker to take the model mix {seq}",
+        )
+        return time.time()
 
     def hold(self, seconds: float, what: str = "time to pass") -> None:
         """Let `seconds` pass with the load on; LoadError at once if Locust dies."""

@@ -30,7 +30,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from harness import client_delay
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
-from harness.config.load import LoadSettings
+from harness.config.load import LoadSettings, ModelShare, draw_model
 from harness.files import open_append, write_atomic
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
@@ -41,6 +41,7 @@ from loadgen.settings import auth_headers, draw, prompt_text
 FLUSH_S = 0.25
 LIVE_STREAMS = 200  # per worker, in its live status: the streams in flight that end last
 MAX_BATCH = 500
+MODELS_FILE = "models.json"  # LoadRun.set_models writes it; the master passes it on
 WORKER_KEYS = ("url", "settings", "thresholds", "worker_count")  # what the master sends
 RUNTIME: dict = {}
 SETTINGS = LoadSettings()
@@ -85,6 +86,16 @@ class WorkerState:
         self.client = make_client(
             THRESHOLDS.stall_timeout_s, headers=auth_headers(SETTINGS.api_key_env)
         )
+        # the models the requests name (load.models), moved by LoadRun.set_models: the
+        # change's sequence number, and whether any request names a model of its own
+        self.models: list[ModelShare] = list(SETTINGS.models)
+        self.models_seq = 0
+        self.tag_models = bool(self.models)
+
+    def set_models(self, data: dict) -> None:
+        self.models = [ModelShare(**m) for m in data["models"]]
+        self.models_seq = data["seq"]
+        self.tag_models = True
 
     def record(self, environment, record: StreamRecord) -> None:
         self.finished += 1
@@ -112,8 +123,11 @@ class WorkerState:
     def one_request(self, environment, max_tokens: int, tags: dict) -> None:
         self.sent += 1
         i = self.sent
+        model = draw_model(self.models, SETTINGS.model, self.rng.random())
+        if self.tag_models:
+            tags = dict(tags, model=model or "")
         payload = chat_payload(
-            SETTINGS.model,
+            model,
             prompt_text(draw(SETTINGS.prompt_tokens, self.rng), i),
             max_tokens,
             ignore_eos=SETTINGS.ignore_eos,
@@ -171,6 +185,7 @@ class WorkerState:
             "loop_lag": client_delay.summarize(self.recent_delay) or _pcts([]),
             "rate_lag": _pcts(self.rate_lag),
             "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)),
+            "models_seq": self.models_seq,
             "done": done,
             "pid": os.getpid(),
         }
@@ -206,6 +221,7 @@ class Collector:
         self.state = "running"
         self.lost: list[str] = []
         self.delay = open_append(RUN_DIR / "load" / client_delay.FILE, truncate=True)
+        self.models_seq = 0
 
     def on_records(self, environment, msg, **_) -> None:
         data = msg.data
@@ -242,6 +258,8 @@ class Collector:
             "cpu_warning": cpu,
             "time": time.time(),
             "step_at": STEP_AT[0] if STEP_AT else None,
+            # the model mix every worker has taken (LoadRun.set_models waits for it)
+            "models_seq": min((w.get("models_seq", 0) for w in ws), default=0),
         }
 
     def write_status(self) -> None:
@@ -251,6 +269,7 @@ class Collector:
         stop_file = RUN_DIR / "load" / "stop"
         parent = int(RUNTIME.get("parent_pid") or 0)
         while not stop_file.exists():
+            self.pass_on_models()
             self.write_status()
             if parent and not pid_alive(parent):
                 break  # the harness died: stop rather than run on as an orphan
@@ -281,6 +300,20 @@ class Collector:
         if getattr(self.env, "web_ui", None) is not None:  # load.web_ui: the process ends too
             self.env.web_ui.stop()
 
+    def pass_on_models(self) -> None:
+        """A new model mix from LoadRun.set_models (load/models.json): to every worker."""
+        try:
+            data = json.loads((RUN_DIR / "load" / MODELS_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        if data.get("seq", 0) <= self.models_seq:
+            return
+        self.models_seq = data["seq"]
+        if isinstance(self.env.runner, MasterRunner):
+            self.env.runner.send_message("rollcheck_models", data)
+        elif STATE is not None:
+            STATE.set_models(data)
+
     def _expected_workers(self) -> list[str]:
         """Workers whose last records we wait for: every one Locust has not lost."""
         runner = self.env.runner
@@ -305,6 +338,7 @@ def on_init(environment, **_kwargs) -> None:
         environment.parsed_options.rollcheck_runtime = {k: RUNTIME[k] for k in WORKER_KEYS}
     else:
         runner.register_message("rollcheck_stop", _on_stop)
+        runner.register_message("rollcheck_models", _on_models)
         if RUNTIME:
             _start_worker(environment)
 
@@ -342,6 +376,11 @@ def _loop_lag_monitor() -> None:
         t = time.monotonic()
         gevent.sleep(period)
         STATE.delay.add(max(0.0, time.monotonic() - t - period))
+
+
+def _on_models(environment, msg, **_) -> None:
+    if STATE is not None:
+        STATE.set_models(msg.data)
 
 
 def _on_stop(environment, msg, **_) -> None:

@@ -8,6 +8,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -259,3 +260,32 @@ def test_external_workers_connect_through_the_configured_address_and_ship_every_
     shipped_by = {w["pid"] for w in run.status()["workers"].values() if w["sent"]}
     assert shipped_by == {w.pid for w in workers}
     assert not list(elsewhere.iterdir())  # a worker writes nothing of its own
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_new_model_mix_reaches_every_worker_while_the_load_runs(sim_factory, tmp_path, workers):
+    """load.models, then LoadRun.set_models: every request names a model drawn from the
+    mix in force when it was sent; set_models returns once every worker has the new
+    mix, and no request sent after it names a model the mix no longer has."""
+    import httpx
+
+    from harness.config.load import ModelShare
+
+    sim = sim_factory(itl_s=0.01, runtime_lora=True)
+    for name in ("a-v1", "a-v2"):
+        body = {"lora_name": name, "lora_path": f"/a/{name}"}
+        assert httpx.post(sim.url + "/v1/load_lora_adapter", json=body).status_code == 200
+    s = settings(workers=workers, max_tokens=[Share(5)], models=[ModelShare("a-v1", 1.0)])
+    run = LoadRun(sim.url, tmp_path, s, Thresholds(5))
+    with run:
+        run.wait_until_sent(10, timeout_s=30)
+        asked = time.time()
+        switched = run.set_models([ModelShare("a-v2", 0.5)])
+        sent = run.counts()["sent"]
+        run.wait_until_sent(sent + 30, timeout_s=30)
+    records = run.result.records
+    assert {r.outcome for r in records} <= {"complete", "cancelled"}
+    assert all(r.tags["model"] == (r.model if r.model != "rollcheck-sim" else "") for r in records)
+    before = {r.tags["model"] for r in records if r.sent_at < asked}
+    after = {r.tags["model"] for r in records if r.sent_at > switched}
+    assert before == {"a-v1"} and after == {"a-v2", ""}, (before, after)

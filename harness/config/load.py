@@ -19,6 +19,15 @@ class Share:
 
 
 @dataclass
+class ModelShare:
+    """A share of the load's requests that name a model (an adapter) of their own:
+    `{model: support-v1, weight: 0.5}`; the rest name load.model."""
+
+    model: str
+    weight: float
+
+
+@dataclass
 class LoadSettings:
     shape: str = "users"  # users: closed loop; rate: Poisson arrivals; step: users, then more
     users: int = 8
@@ -35,6 +44,9 @@ class LoadSettings:
     long_answer_tokens: int = 2000
     long_answer_count: int = 0  # answers the long user sends; 0 = one after another until stopped
     model: str | None = None
+    # shares of the requests that name other models (LoRA adapters): the rest name `model`.
+    # adapter_rollout moves them while the load runs (LoadRun.set_models)
+    models: list[ModelShare] = field(default_factory=list)
     # the NAME of an environment variable holding the API key (sent as a bearer token on
     # every request, readiness calls included); the key itself is never in a file
     api_key_env: str | None = None
@@ -76,6 +88,7 @@ class LoadSettings:
             mix = getattr(self, mix_name)
             if not mix or any(s.tokens < 1 or s.weight < 0 for s in mix):
                 raise ValueError(f"{mix_name}: need at least one share, tokens >= 1, weight >= 0")
+        check_models(self.models)
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master_port must be 0-65535, not {self.master_port}")
         if self.external_workers and not self.master_port:
@@ -109,3 +122,21 @@ def web_ui_address(value: object) -> tuple[str, int]:
             f"web_ui: {text!r} is not HOST:PORT (a port 1-65535, e.g. 127.0.0.1:8089 or 8089)"
         )
     return host, int(port)
+
+
+def check_models(models: list[ModelShare]) -> None:
+    """ValueError unless each share names a model, weighs 0-1, and they add up to 1 at most."""
+    for m in models:
+        if not m.model or not 0 <= m.weight <= 1:
+            raise ValueError(f"models: each needs a model name and a weight 0-1, not {m}")
+    if sum(m.weight for m in models) > 1 + 1e-9:
+        raise ValueError("models: the weights add up to more than 1 (the rest name load.model)")
+
+
+def draw_model(models: list[ModelShare], base: str | None, r: float) -> str | None:
+    """The model a request names, for a uniform draw r in [0, 1)."""
+    for m in models:
+        if r < m.weight:
+            return m.model
+        r -= m.weight
+    return base
