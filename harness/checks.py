@@ -41,6 +41,8 @@ from harness.verdict import (
 
 __all__ = [
     "BUSY_CPU",
+    "adapter_answers",
+    "adapter_unload_clean",
     "ENGINE_CORE_ERROR",
     "PERIOD_MS",
     "SATURATED",
@@ -1842,3 +1844,130 @@ def canary_answers(result: dict) -> Check:
         )
 
     return check
+
+
+# --- adapter_rollout ------------------------------------------------------------------
+
+
+def adapter_answers(answers: dict) -> Check:
+    """adapter_rollout: the golden prompts' answers of each version of the adapter, asked of
+    every replica directly: {"old": name, "new": name, "versioned": bool, "before": {pod:
+    [Answer]}, "after": {pod: [Answer]}} (before: the old version, asked before the new one
+    was loaded). Each version answers alike on every replica, and the new version does not
+    answer exactly as the old one: an engine that keeps an adapter's old weights after a
+    reload in place (or a path with the old weights) shows as the same answers."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "adapter_answers"
+        old, new = answers["old"], answers["new"]
+        before, after = answers["before"], answers["after"]
+        expected = f"{new} answers alike on every replica, and not as {old} did"
+        population = (
+            f"{max((len(a) for a in after.values()), default=0)} golden prompts to "
+            f"{len(after)} replicas, before and after"
+        )
+        if not before or not after:
+            return inconclusive(name, expected=expected, reason="no replica was asked")
+        for when, asked in (("before", before), ("after", after)):
+            for pod, got in asked.items():
+                bad = [a for a in got if not a.ok]
+                if bad:
+                    version = old if when == "before" else new
+                    return failed(
+                        name,
+                        observed=f"{pod} did not answer {len(bad)} golden prompts to "
+                        f"{version} ({bad[0].outcome}: {bad[0].error or 'no error given'})",
+                        expected=expected,
+                        population=population,
+                        hint="the adapter must be loaded on every replica before requests name it",
+                    )
+        texts = {pod: [a.text for a in got] for pod, got in after.items()}
+        first_pod, first = next(iter(texts.items()))
+        odd = [pod for pod, t in texts.items() if t != first]
+        if odd:
+            return failed(
+                name,
+                observed=f"{', '.join(odd)} answer {new} otherwise than {first_pod}: the "
+                "replicas serve different weights under one name",
+                expected=expected,
+                population=population,
+                hint="load each version on every replica from the same path, under a name of "
+                "its own",
+            )
+        old_texts = {tuple(a.text for a in got) for got in before.values()}
+        if tuple(first) in old_texts:
+            how = "reloaded in place under the same name" if not answers["versioned"] else ""
+            was = "before its reload" if old == new else f"as {old} did"
+            return failed(
+                name,
+                observed=f"{new} answers every golden prompt exactly {was}: the old weights"
+                + (f" ({how})" if how else ""),
+                expected=expected,
+                population=population,
+                hint="an engine may keep an adapter's old weights when it is reloaded in place "
+                "(vLLM keeps its id, and its prefix cache); give each version a name of its own "
+                "(support-v1, support-v2), move the traffic by weight, then unload the old one"
+                if how
+                else "the new version's path holds the old weights: check adapter.path",
+            )
+        return passed(
+            name,
+            observed=f"{new} answers alike on {len(texts)} replicas, not as {old}",
+            expected=expected,
+            population=population,
+        )
+
+    return check
+
+
+def adapter_unload_clean(d: RunData) -> CheckResult:
+    """adapter_rollout: the old version unloaded only once no request named it. A request
+    naming an adapter after its unload gets the engine's 404 ("does not exist"), counted
+    here by name; the streams on the old version in flight at its unload go on to their end
+    (the engine keeps the adapter) and must end complete."""
+    name = "adapter_unload_clean"
+    unloads = [
+        e for e in d.events
+        if e.kind == "action" and e.detail.get("action") == "adapter_unload"
+    ]  # fmt: skip
+    expected = "no request names the old version after its unload; its streams finish"
+    if not unloads:
+        return skipped(
+            name,
+            expected=expected,
+            reason="no version was unloaded (the adapter was reloaded in place)",
+        )
+    old, t = unloads[0].detail.get("adapter"), unloads[0].t
+    mine = [r for r in d.records if (r.tags or {}).get("model") == old]
+    late = [r for r in mine if r.sent_at >= t]
+    cut = [r for r in mine if r.sent_at < t <= r.ended_at and r.outcome not in OK_OUTCOMES]
+    population = f"{len(mine)} requests naming {old}, {len(late)} sent after its unload"
+    if late:
+        gone = sum(1 for r in late if r.status == 404)
+        return failed(
+            name,
+            observed=f"{len(late)} requests named {old} after its unload at "
+            f"{t - (d.t_act or t):+.1f} s ({gone} got 404 'does not exist')",
+            expected=expected,
+            population=population,
+            hint="move every request to the new version (a last step of 100%) before "
+            "unloading the old one",
+            bad=late,
+        )
+    if cut:
+        return failed(
+            name,
+            observed=f"{len(cut)} streams on {old} in flight at its unload did not finish "
+            f"({', '.join(sorted({r.outcome for r in cut}))})",
+            expected=expected,
+            population=population,
+            hint="an engine should finish what it serves on an adapter it unloads",
+            bad=cut,
+        )
+    in_flight = sum(1 for r in mine if r.sent_at < t <= r.ended_at)
+    return passed(
+        name,
+        observed=f"none after the unload; {in_flight} in flight at it finished",
+        expected=expected,
+        population=population,
+    )

@@ -110,6 +110,17 @@ class DryRunTarget(Target):
     def node_loss_blocker(self) -> str | None:
         return self.inner.node_loss_blocker()
 
+    def adapter_blocker(self) -> str | None:
+        return self.inner.adapter_blocker()
+
+    def load_adapter(self, pod: str, name: str, path: str, inplace: bool = False) -> None:
+        self._own(pod)
+        self.action("adapter_load", pod=pod, adapter=name, path=path, inplace=inplace)
+
+    def unload_adapter(self, pod: str, name: str) -> None:
+        self._own(pod)
+        self.action("adapter_unload", pod=pod, adapter=name)
+
     def check_node_drain(self, node: str) -> None:
         self.inner.check_node_drain(node)
 
@@ -206,9 +217,8 @@ class DryRunTarget(Target):
         limit = self.inner.memory_limit_mb(name)
         if limit is None:  # as the real act would be: SKIPPED, nothing sent
             raise CannotRun(f"the engine container of {name} has no memory limit to cross")
-        self.action(
-            "oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, retry=retry
-        )
+        again = {"retry": retry} if retry else {}
+        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, **again)
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self._own(name)
@@ -311,6 +321,11 @@ class DryRunLoad:
 
     def hold(self, seconds: float, what: str = "time to pass") -> None:
         return None  # no time needs to pass: nothing runs
+
+    def set_models(self, models: list, timeout_s: float = 10.0) -> float:
+        import time
+
+        return time.time()  # no request is sent, whatever it would name
 
     def ask(self, url: str, prompts: list, model: str | None, client_settings: dict) -> list:
         return []  # no golden prompt is sent

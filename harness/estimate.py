@@ -125,6 +125,15 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
         unavailable = params.get("max_unavailable", cfg.strategy.max_unavailable)
         duration = _rollout_s(cfg, startup, longest, surge, unavailable)
         return [part("the rollout", duration, t.recovery_s), recovered]
+    if kind == "adapter_rollout":
+        a = cfg.adapter
+        asks = 2 * a.golden_prompts * answer_s(cfg, 64)  # every replica at once, twice
+        steps = (len(a.steps) + 1) * a.step_s if a.versioned else 0.0
+        return [
+            victim,
+            part("the golden prompts", asks, t.recovery_s),
+            part("the steps", steps, steps, "adapter.step_s"),
+        ]
     if kind == "canary":
         return [
             part("the canary's start", startup, cfg.canary.ready_s, "canary.ready_s"),

@@ -103,6 +103,15 @@ ACTION_LINES: dict[str, Callable] = {
         f"({len(d.get('pods') or [])} engine pods on it)"
     ),
     "node_returned": lambda e, d: f"node {e.node or d.get('node', '?')} is back",
+    "adapter_load": lambda e, d: (
+        f"adapter {d.get('adapter')} "
+        + ("reloaded in place" if d.get("inplace") else "loaded")
+        + f" on {_pod(e)} from {d.get('path')}"
+    ),
+    "adapter_unload": lambda e, d: f"adapter {d.get('adapter')} unloaded from {_pod(e)}",
+    "adapter_share": lambda e, d: (
+        f"{d.get('percent')}% of the adapter's requests now name {d.get('adapter')}"
+    ),
     "node_not_back": lambda e, d: (
         f"node {e.node or d.get('node', '?')} not Ready {d.get('waited_s')} s after it came back"
     ),

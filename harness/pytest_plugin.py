@@ -29,6 +29,7 @@ KINDS = {
     "scale_down": "remove one of several replicas while one decodes a long answer",
     "startup": "roll out a version that starts slower than the liveness window",
     "canary": "one replica of a new version, its answers compared with the baseline's",
+    "adapter_rollout": "a LoRA adapter moved to its next version by weight under load",
 }
 
 config_key = pytest.StashKey[object]()

@@ -538,13 +538,23 @@ class Scenario:
         self.target.action("scaler_removed", pod=gone[0], why=why, busy=held)
         return gone[0]
 
-    def ask(self, pod, prompts: list) -> list:
+    def ask(self, pod, prompts: list, model: str | None = None) -> list:
         """Golden prompts to one pod directly (not through the gateway), so each answer is
-        known to come from that pod's version. One at a time: the pod is also serving the
-        load, whose TTFT the prompts must not push over its SLO (two at a time did, on
-        kube-local's two replicas of four slots each)."""
+        known to come from that pod's version (model: the model they name, an adapter;
+        load.model by default). One at a time: the pod is also serving the load, whose
+        TTFT the prompts must not push over its SLO (two at a time did, on kube-local's
+        two replicas of four slots each)."""
         url, settings = self.target.pod_endpoint(pod.name)
-        return self.load.ask(url, prompts, self.cfg.load.model, settings)
+        return self.load.ask(url, prompts, model or self.cfg.load.model, settings)
+
+    def ask_each(self, pods: list, prompts: list, model: str | None = None) -> dict[str, list]:
+        """ask() of every pod at once (each pod still one prompt at a time): pod name ->
+        its answers."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, len(pods))) as pool:
+            asked = list(pool.map(lambda pod: self.ask(pod, prompts, model), pods))
+        return {pod.name: answers for pod, answers in zip(pods, asked, strict=True)}
 
     def require_candidate(self, version: str, engine: dict | None = None, key: str = "") -> None:
         """Before acting: a one-line config error when a rollout to `version` would not meet

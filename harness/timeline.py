@@ -26,6 +26,7 @@ DISRUPTIVE_ACTIONS = {
     "oom_request",
     "preempt",
     "node_loss",
+    "adapter_load",
     "delete",
     "autoscaler",
     "load_step",

@@ -366,9 +366,8 @@ class Target(abc.ABC):
             )
         url, settings = self.pod_endpoint(name)
         key = None if "headers" in settings else self.auth_headers()
-        self.action(
-            "oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, retry=retry
-        )
+        again = {"retry": retry} if retry else {}  # the request's nth retry
+        self.action("oom_request", pod=name, context_tokens=context_tokens, limit_mb=limit, **again)
 
         def send() -> None:
             try:
@@ -376,9 +375,52 @@ class Target(abc.ABC):
             except Exception:  # the answer is the kill's to cut: its end says nothing
                 return
             # how the request ended: a refusal (a context above max_model_len) is no kill
-            self.action("oom_answer", pod=name, outcome=r.outcome, status=r.status, retry=retry)
+            self.action("oom_answer", pod=name, outcome=r.outcome, status=r.status, **again)
 
         threading.Thread(target=send, name="oom-request", daemon=True).start()
+
+    # --- LoRA adapters (adapter_rollout) --------------------------------------------
+    def adapter_blocker(self) -> str | None:
+        """Why LoRA adapters cannot be loaded into this target's engines at run time."""
+        return (
+            f"the {self.name} target does not load LoRA adapters into its engines yet: "
+            "adapter_rollout runs on the local target with the simulator"
+        )
+
+    def load_adapter(self, pod: str, name: str, path: str, inplace: bool = False) -> None:
+        """Load an adapter into one pod's engine, or reload it in place (vLLM's
+        /v1/load_lora_adapter, the pod asked directly); TargetError with its answer."""
+        body = {"lora_name": name, "lora_path": path, "load_inplace": inplace}
+        self.action("adapter_load", pod=pod, adapter=name, path=path, inplace=inplace)
+        self._adapter_call(pod, "load", body)
+
+    def unload_adapter(self, pod: str, name: str) -> None:
+        """Unload an adapter by name from one pod's engine (/v1/unload_lora_adapter)."""
+        self.action("adapter_unload", pod=pod, adapter=name)
+        self._adapter_call(pod, "unload", {"lora_name": name})
+
+    def _adapter_call(self, pod: str, verb: str, body: dict) -> None:
+        from harness.client import http_post
+
+        url, settings = self.pod_endpoint(pod)
+        kw = dict(settings)  # a pod reached through the API server: its TLS and headers
+        kw.setdefault("headers", self.auth_headers())
+        try:
+            r = http_post(f"{url}/v1/{verb}_lora_adapter", timeout=30, json=body, **kw)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"{verb} of adapter {body['lora_name']} on {pod}: {exc}") from None
+        if r.status_code != 200:
+            said = " ".join(r.text.split())[:200]
+            raise TargetError(
+                f"{pod}'s engine refused the {verb} of adapter {body['lora_name']} "
+                f"(HTTP {r.status_code}: {said})"
+                + (
+                    "; it serves no adapter endpoints: start it with --enable-lora and "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+                    if r.status_code == 404 and verb == "load"
+                    else ""
+                )
+            )
 
     @abc.abstractmethod
     def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...

@@ -436,6 +436,48 @@ class Canary:
 
 
 @dataclass
+class AdapterRollout:
+    """adapter_rollout: a LoRA adapter moved from one version to the next under load, as
+    llm-d's adapter rollout guide does it: the new version loaded on every replica under a
+    name of its own, the load's requests moved to it by weight, the old one unloaded."""
+
+    name: str = "support"
+    path: str = "/adapters/support"  # each version's weights: <path>/<version>
+    from_version: str = "v1"
+    to_version: str = "v2"
+    # versioned names (support-v1, support-v2); false: the new version is reloaded in
+    # place under the one name (load_inplace), which an engine may keep serving old
+    # weights under
+    versioned: bool = True
+    share: float = 0.5  # of the load's requests, the ones that name the adapter
+    steps: list[int] = field(default_factory=lambda: [10, 50, 100])  # % moved, step by step
+    step_s: float = 2.0  # each step observed this long before the next
+    prompts: str | None = None  # golden prompts (JSON lines); default: the canary's set
+    golden_prompts: int = 3  # of them, the first N, asked of every replica per version
+
+    def names(self) -> tuple[str, str]:
+        """The names the old and the new version are served under."""
+        if not self.versioned:
+            return self.name, self.name
+        return f"{self.name}-{self.from_version}", f"{self.name}-{self.to_version}"
+
+    def path_of(self, version: str) -> str:
+        return f"{self.path.rstrip('/')}/{version}"
+
+    def validate(self) -> None:
+        if not self.name or self.from_version == self.to_version:
+            raise ValueError("needs a name and two different versions (from_version, to_version)")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share must be above 0 and at most 1, not {self.share:g}")
+        if not self.steps or any(not 0 < p <= 100 for p in self.steps):
+            raise ValueError(f"steps: percentages above 0 and at most 100, not {self.steps}")
+        if self.steps != sorted(set(self.steps)):
+            raise ValueError(f"steps must rise, each once: {self.steps}")
+        if self.golden_prompts < 1:
+            raise ValueError("golden_prompts: at least 1")
+
+
+@dataclass
 class Ui:
     """What a run prints while it runs (harness.progress)."""
 
@@ -478,6 +520,7 @@ class RunConfig:
     scenario: ScenarioTiming = field(default_factory=ScenarioTiming)
     kube: Kube = field(default_factory=Kube)
     canary: Canary = field(default_factory=Canary)
+    adapter: AdapterRollout = field(default_factory=AdapterRollout)
     ui: Ui = field(default_factory=Ui)
 
     def validate(self) -> None:

@@ -165,6 +165,24 @@ CASES = [
         {"oom_killed_once"},
     ),
     (
+        # the new version reloaded in place under the adapter's one name, on an engine that
+        # keeps the weights it has for that adapter: the golden prompts answer as before
+        "adapter-same-name-reload-keeps-old-weights",
+        "adapter_rollout",
+        ["adapter.versioned=false", "engine.stale_lora_reload=true"],
+        set(),
+        {"adapter_answers"},
+    ),
+    (
+        # the old version unloaded while half the adapter's requests still name it: each
+        # gets the engine's 404 "does not exist"
+        "adapter-unloaded-while-in-the-mix",
+        "adapter_rollout",
+        ["adapter.steps=[10, 50]"],
+        {"http_error"},
+        {"adapter_unload_clean"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -201,7 +219,7 @@ def healthy_night(tmp_path_factory):
     proc, summaries = run_scenarios(
         reports,
         "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
-        "or startup or scale_down or node_loss",
+        "or startup or scale_down or node_loss",  # (rollout: adapter_rollout too)
     )
     return reports, proc, summaries
 
@@ -209,7 +227,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 13
+    assert len(summaries) == 14
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -250,7 +268,7 @@ def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
     session = next(reports.glob("*/index.html")).parent
     pages = [session / "index.html", reports / "history.html"]
     pages += sorted(session.glob("*/report.html"))
-    assert len(pages) == 2 + len(summaries) == 15
+    assert len(pages) == 2 + len(summaries) == 16
     for page in pages:
         seen = browser_check(page, tmp_path / "page.png", "review")
         where = page.relative_to(reports)

@@ -290,6 +290,19 @@ class LocalTarget(Target):
         except KeyError as exc:
             raise TargetError(str(exc)) from None
 
+    def adapter_blocker(self) -> str | None:
+        if self.cfg.engine.kind != "sim":
+            return (
+                "adapter_rollout with a real engine needs a LoRA adapter built for the local "
+                "model, which rollcheck does not build yet: run it with the simulator"
+            )
+        if not self.cfg.engine.runtime_lora:
+            return (
+                "the engines do not load adapters at run time: set engine.runtime_lora=true "
+                "(vLLM: --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+            )
+        return None
+
     def node_loss_blocker(self) -> str | None:
         return None  # its nodes' pods freeze and their ports fall silent (controller)
 
