@@ -43,6 +43,7 @@ __all__ = [
     "BUSY_CPU",
     "adapter_answers",
     "adapter_unload_clean",
+    "answered_not_killed",
     "ENGINE_CORE_ERROR",
     "PERIOD_MS",
     "SATURATED",

@@ -445,6 +445,7 @@ def test_a_drain_cut_short_still_judges_the_streams_it_broke(tmp_path):
     proc, (summary,) = run_scenarios(
         tmp_path,
         "drain and node",
+        "nodes=2",
         "replicas=4",  # two pods on each of the two nodes
         "pdb.min_available=3",  # the first eviction leaves 3: the second must wait
         "scenario.eviction_retry_s=1",
@@ -522,6 +523,7 @@ def test_a_load_step_the_nodes_cannot_hold_is_skipped_with_its_reason(tmp_path):
     proc, (summary,) = run_scenarios(
         tmp_path,
         "scale_up",
+        "nodes=2",
         "gpus_per_node=1",
         "replicas=2",
         "pdb.min_available=1",

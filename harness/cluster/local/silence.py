@@ -16,14 +16,16 @@ import resource
 import select
 import socket
 
+from harness.errors import RollcheckError
+
 # a connect on loopback completes inside the call: one left pending this long is a SYN
 # the kernel dropped (the queue is full)
 UNANSWERED_S = 0.5
 MOST = 65536  # no listener's backlog is larger (net.core.somaxconn caps it)
 
 
-class SilenceError(RuntimeError):
-    pass
+class SilenceError(RollcheckError, RuntimeError):
+    """A pod's port could not be made silent (the local target says it as a TargetError)."""
 
 
 def fill_accept_queue(ip: str, port: int) -> list[socket.socket]:
