@@ -127,23 +127,37 @@ def size(load, tokens_s: float | None, pace: str, local_target: bool, measure) -
         else f"{tokens_s:.0f} tokens/s a stream, {pace}"
     )
     asks = f"the load asks for about {demand:,.0f} events/s ({shape})"
-    if load.external_workers:
-        return Sizing(0, f"load: {load.external_workers} external workers; {asks}")
+    external = load.external_workers
     if demand <= NO_NEED_EVENTS_S:
+        if external:
+            return Sizing(0, f"load: {external} external workers; {asks}")
         return Sizing(0, f"load: one Locust process; {asks}, within any worker's budget")
     try:
         each, source = budget(measure)
     except Exception as exc:  # (a load that cannot start says so itself, when it runs)
         why = f"{type(exc).__name__}: {exc}"[:200]
+        if external:
+            return Sizing(0, f"load: {external} external workers; {asks}")
         return Sizing(
             0,
             f"load: one Locust process; {asks}, but a worker's budget could not be measured "
             f"here ({why}); set load.workers to choose",
         )
     need = math.ceil(demand / each)
+    budget_text = f"a worker reads {each:,.0f} events/s at half a core here ({source})"
+    if external:  # the chart's workers, taken to be as fast as the pod this runs in
+        if need > external:
+            return Sizing(
+                0,
+                f"load: {external} external workers, not the {need} it needs: {asks}; "
+                f"{budget_text}; raise the chart's locust.workers to {need} (client_kept_up "
+                "will say whether they kept up)",
+            )
+        return Sizing(
+            0, f"load: {external} external workers ({need} would do); {asks}; {budget_text}"
+        )
     cores = load_cores(load, local_target)
     workers = min(need, cores)
-    budget_text = f"a worker reads {each:,.0f} events/s at half a core here ({source})"
     if need <= 1:
         return Sizing(0, f"load: one Locust process; {asks}; {budget_text}")
     if workers < need:

@@ -4,6 +4,7 @@ a real load that starts more than one worker and loses no request (process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,9 +46,14 @@ def test_a_load_past_a_workers_budget_gets_the_workers_it_needs(tmp_path, monkey
     # a rate load asks for its arrivals' tokens: 20 requests/s of 500 tokens
     rate = LoadSettings(shape="rate", rate_rps=20, max_tokens=[Share(500)])
     assert LS.size(rate, None, "", local_target=False, measure=never).workers == 3
-    # the chart's workers do the reading: no local worker
+    # the chart's workers do the reading: no local worker, and the outlook says whether
+    # they are enough at the budget measured here
     ext = LoadSettings(users=300, external_workers=4, master_port=5557)
-    assert LS.size(ext, None, "", local_target=False, measure=never).workers == 0
+    enough = LS.size(ext, None, "", local_target=False, measure=never)
+    assert enough.workers == 0 and "4 external workers (4 would do)" in enough.why
+    few = LS.size(dataclasses.replace(ext, external_workers=2), None, "", False, never)
+    assert few.workers == 0 and "2 external workers, not the 4 it needs" in few.why
+    assert "raise the chart's locust.workers to 4" in few.why
 
 
 @pytest.mark.unit
