@@ -36,7 +36,10 @@ def test_kubeconfig_with_a_space_is_one_line_not_the_projects_own_tests(tmp_path
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--set", "run.dir=x"], "--set run.dir=x: unknown setting 'run'; known here: autoscaler,"),
+        (
+            ["--set", "run.dir=x"],
+            "--set run.dir=x: unknown setting 'run'; known here: adapter, autoscaler,",
+        ),
         (["--set", "replicas=two"], "--set replicas=two: replicas: expected a whole number"),
         (["--config", "nowhere.yaml"], "nowhere.yaml"),
     ],

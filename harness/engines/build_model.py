@@ -5,6 +5,11 @@ generated corpus, the weights are drawn from torch's generator. Runs under the r
 engine's virtualenv (torch, transformers, tokenizers), not rollcheck's:
 
     python build_model.py --size tiny --seed 0 --out DIR
+    python build_model.py --adapter-of DIR --seed 1 --out ADAPTER_DIR
+
+An adapter is a LoRA adapter for a model built here (PEFT's layout: adapter_config.json
+and adapter_model.safetensors, rank 8 on q_proj and v_proj), its A and B drawn from the
+seed; B is not zero (PEFT's initial value), so each adapter changes the answers.
 
 Sizes: `tiny` (hidden 256 x 2 layers, about 1 ms a token on 2 cores: for wire tests)
 and `slow` (hidden 1024 x 8 layers, 136 M parameters, about 13 ms a token alone and
@@ -83,13 +88,57 @@ def build(size: str, seed: int, out: Path) -> None:
     (out / "rollcheck-model.json").write_text(json.dumps({"size": size, "seed": seed}) + "\n")
 
 
+ADAPTER_RANK = 8
+ADAPTER_MODULES = ("q_proj", "v_proj")
+
+
+def build_adapter(base: Path, seed: int, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    config = json.loads((base / "config.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    out_features = {"q_proj": hidden, "v_proj": hidden // heads * kv_heads}
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(layers):
+        for module in ADAPTER_MODULES:
+            key = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            a = torch.randn(ADAPTER_RANK, hidden, generator=gen) / hidden**0.5
+            b = torch.randn(out_features[module], ADAPTER_RANK, generator=gen) * 0.5
+            tensors[f"{key}.lora_A.weight"] = a.to(torch.bfloat16).contiguous()
+            tensors[f"{key}.lora_B.weight"] = b.to(torch.bfloat16).contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    adapter_config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(base),
+        "r": ADAPTER_RANK,
+        "lora_alpha": 2 * ADAPTER_RANK,
+        "lora_dropout": 0.0,
+        "target_modules": list(ADAPTER_MODULES),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+    (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=1) + "\n")
+    (out / "rollcheck-adapter.json").write_text(json.dumps({"seed": seed}) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--adapter-of", type=Path, default=None, help="a LoRA adapter for this model")
     ns = p.parse_args()
-    build(ns.size, ns.seed, ns.out)
+    if ns.adapter_of is not None:
+        build_adapter(ns.adapter_of, ns.seed, ns.out)
+    else:
+        build(ns.size, ns.seed, ns.out)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ def engine_command(
     max_num_seqs: int = 4,
     max_num_queued_reqs: int = 0,
     log_requests: bool = False,
+    lora: bool = False,
 ) -> tuple[list[str], dict]:
     """The command and environment of one engine of the kind, the same flags for both.
     vLLM runs with --enforce-eager: torch.compile changes none of what these tests observe
@@ -97,6 +98,8 @@ def engine_command(
     if kind == "vllm":
         extra = ("--max-num-queued-reqs", str(max_num_queued_reqs)) if max_num_queued_reqs else ()
         extra += ("--enable-log-requests",) if log_requests else ()
+        # LoRA adapters loaded at run time: rank 8 (build_model.py's), two at a time
+        extra += ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "2") if lora else ()
         cmd = vllm.serve_command(
             "127.0.0.1",
             port,
@@ -108,13 +111,15 @@ def engine_command(
             extra=extra,
             eager=True,
         )
-        return cmd, dict(os.environ, **vllm.serve_env(core))
+        runtime_lora = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if lora else {}
+        return cmd, dict(os.environ, **vllm.serve_env(core), **runtime_lora)
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]
     cmd += ["--model", MODEL, "--max-num-seqs", str(max_num_seqs)]
     cmd += ["--max-model-len", str(MAX_MODEL_LEN)]
     cmd += ["--shutdown-timeout", str(shutdown_timeout_s), "--startup-s", "2"]
     cmd += ["--itl-s", "0.015", "--max-num-queued-reqs", str(max_num_queued_reqs)]
     cmd += ["--enable-log-requests"] if log_requests else []
+    cmd += ["--runtime-lora"] if lora else []
     return cmd, dict(os.environ)
 
 

@@ -64,6 +64,27 @@ def model_dir(size: str = "tiny", seed: int = 0) -> Path:
     return out
 
 
+def adapter_dir(model: Path, seed: int) -> Path:
+    """A LoRA adapter (rank 8, q_proj and v_proj) for a locally built model, from a seed,
+    built on first use (seconds)."""
+    out = model / "adapters" / f"seed{seed}"
+    if (out / "rollcheck-adapter.json").exists():
+        return out
+    python = venv() / "bin" / "python"
+    tmp = out.with_name(out.name + ".tmp")
+    r = subprocess.run(
+        [str(python), str(Path(__file__).with_name("build_model.py"))]
+        + ["--adapter-of", str(model), "--seed", str(seed), "--out", str(tmp)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EngineUnavailable(f"building a LoRA adapter (seed {seed}) failed: {last}")
+    os.replace(tmp, out) if not out.exists() else None
+    return out
+
+
 def serve_command(
     host: str,
     port: int,

@@ -65,7 +65,8 @@ class Controller:
         self.nodes = [f"node-{i}" for i in range(config.nodes)]
         self.cordoned: set[str] = set()
         self.lost: dict[str, float] = {}  # node -> when it lost power (time.time())
-        self.unreachable: set[str] = set()  # lost nodes the controller has marked
+        # lost nodes the controller has marked, and when (the taint's toleration runs from it)
+        self.unreachable: dict[str, float] = {}
         self.autoscaler = config.autoscaler
         self.autoscaling = False  # the deployment's scaler acts only once a scenario enables it
         self.lock = threading.RLock()
@@ -194,7 +195,7 @@ class Controller:
             pod.node_back()
         with self.lock:
             if node in self.unreachable:
-                self.unreachable.discard(node)
+                del self.unreachable[node]
                 self.events.emit("node_ready", node=node, status="True", reason="KubeletReady")
                 self.events.emit("node_taints", node=node, taints=[])
         self.wake()
@@ -207,14 +208,14 @@ class Controller:
         for node, since in self.lost.items():
             on_node = [p for p in self.pods.values() if p.spec.node == node]
             if node not in self.unreachable and now - since >= grace:
-                self.unreachable.add(node)
-                self.events.emit(
+                marked = self.events.emit(
                     "node_not_ready", node=node, status="Unknown", reason="NodeStatusUnknown"
                 )
+                self.unreachable[node] = marked.t  # the taint's toleration runs from here
                 self.events.emit("node_taints", node=node, taints=[UNREACHABLE])
                 for pod in on_node:
                     pod.mark_not_ready("node not ready")
-            if node in self.unreachable and now - since >= grace + tolerate:
+            if node in self.unreachable and now - self.unreachable[node] >= tolerate:
                 for pod in on_node:
                     if not pod.terminating:
                         self.events.emit("taint_eviction", pod=pod.spec.name, taint=UNREACHABLE)
@@ -385,7 +386,7 @@ class Controller:
     def _schedule(self) -> str | None:
         """The least-loaded schedulable node with a free GPU."""
         # a cordoned node, and one tainted unreachable, takes no new pod
-        load = {n: 0 for n in self.nodes if n not in self.cordoned | self.unreachable}
+        load = {n: 0 for n in self.nodes if n not in self.cordoned and n not in self.unreachable}
         for p in self.pods.values():
             if p.spec.node in load:
                 load[p.spec.node] += 1  # a terminating pod still holds its GPU

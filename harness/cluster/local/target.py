@@ -293,8 +293,8 @@ class LocalTarget(Target):
     def adapter_blocker(self) -> str | None:
         if self.cfg.engine.kind != "sim":
             return (
-                "adapter_rollout with a real engine needs a LoRA adapter built for the local "
-                "model, which rollcheck does not build yet: run it with the simulator"
+                "the local target starts real vLLM without --enable-lora, and its adapters "
+                "are not wired to adapter.path yet: run adapter_rollout with the simulator"
             )
         if not self.cfg.engine.runtime_lora:
             return (
