@@ -564,7 +564,9 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     listed = [json.loads(p.read_text()) for p in tmp_path.glob("*/*/summary.json")]
     check_exit(r, listed)  # the status a nightly Job would end with, never an abort
     summaries = {s["name"]: s for s in listed}
-    assert len(summaries) == 11, sorted(summaries)
+    # (-k rollout selects adapter_rollout too: SKIPPED on a cluster, saying why)
+    assert len(summaries) == 12, sorted(summaries)
+    assert summaries["test_adapter_rollout"]["verdict"] == "skipped"
     verdicts = {name: s["verdict"] for name, s in summaries.items()}
     assert set(verdicts.values()) <= {"pass", "fail", "inconclusive", "skipped"}, verdicts
     # no node-drain permission given: skipped, with why; the four the kube target is
@@ -592,7 +594,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
         (shipped,) = status["workers"].values()  # all its load from the external worker
         assert shipped["sent"] > 0
     # the nightly's log as it runs: the outlook first, then each scenario's phases
-    assert "rollcheck: 11 scenario runs selected (" in r.stdout, r.stdout[:2000]
+    assert "rollcheck: 12 scenario runs selected (" in r.stdout, r.stdout[:2000]
     drain = [ln for ln in r.stdout.splitlines() if ln.startswith("rollcheck test_drain[pod] +")]
     for said in ("act: evicting ", "SIGTERM to ", "endpoint of ", "recovered: ", "verdict PASS"):
         assert any(said in ln for ln in drain), (said, drain)
