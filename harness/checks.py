@@ -1940,6 +1940,8 @@ def adapter_unload_clean(d: RunData) -> CheckResult:
         )
     old, t = unloads[0].detail.get("adapter"), unloads[0].t
     mine = [r for r in d.records if (r.tags or {}).get("model") == old]
+    if not mine:  # nothing named it: whether its unload was clean cannot be told
+        return inconclusive(name, expected=expected, reason=f"no request of the load named {old}")
     late = [r for r in mine if r.sent_at >= t]
     cut = [r for r in mine if r.sent_at < t <= r.ended_at and r.outcome not in OK_OUTCOMES]
     population = f"{len(mine)} requests naming {old}, {len(late)} sent after its unload"

@@ -99,3 +99,6 @@ def test_the_old_version_unloaded_with_requests_still_naming_it_fails():
     r = C.adapter_unload_clean(data([cut], [unload]))
     assert status(r) == "fail" and "did not finish (reset)" in r.observed
     assert status(C.adapter_unload_clean(data([finished], []))) == "skipped"  # in place
+    # no request named the old version: no evidence either way
+    empty = C.adapter_unload_clean(data([rec("b", sent=T + 6)], [unload]))
+    assert status(empty) == "inconclusive" and "no request of the load named" in empty.reason
