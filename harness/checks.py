@@ -84,6 +84,8 @@ __all__ = [
     "starts_without_restarts",
     "ttft_recovers_after_step",
     "ttft_slo_budget",
+    "weighted_candidate",
+    "weighted_split",
     "workers_advice",
 ]
 
@@ -1974,3 +1976,140 @@ def adapter_unload_clean(d: RunData) -> CheckResult:
         expected=expected,
         population=population,
     )
+
+
+# --- weighted_canary ------------------------------------------------------------------
+
+_SPLIT_HINT = (
+    "the gateway did not split the traffic by its weights: a stable backend whose Service "
+    "selects the app's pods by their app label alone holds the candidate's pods too (the "
+    "candidate then serves its weight and a share of the rest); give each version's "
+    "Service a selector of its own (a version or pod-template-hash label, as Argo Rollouts "
+    "adds), and check the weights the gateway reports on the route"
+)
+
+
+def _weighted_steps(d: RunData, result: dict) -> list:
+    """Every step the gateway applied, judged again on the final, traced records."""
+    from harness.weights import judge_step, windows
+
+    steps = windows(d.events, d.t_end or max((r.ended_at for r in d.records), default=0))
+    if not steps:
+        return []
+    reference = [r for r in d.records if r.sent_at < steps[0].start]
+    delay = ((d.client_delay or {}).get("all") or {}).get("p99_s")
+    return [
+        judge_step(
+            w,
+            d.records,
+            result["version"],
+            reference,
+            d.ttft_slo_s,
+            result["min_samples"],
+            (delay,) if delay is not None else (),
+        )
+        for w in steps
+    ]
+
+
+def weighted_split(result: dict) -> Check:
+    """weighted_canary: at each step, the share of the streams the candidate served (each
+    traced to its pod) against the weight the gateway applied, within max(10 points,
+    3 binomial standard deviations) (harness.weights)."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "weighted_split"
+        expected = "each version's share of the streams within the tolerance of its weight"
+        steps = _weighted_steps(d, result)
+        if not steps:
+            return inconclusive(
+                name,
+                expected=expected,
+                reason="the gateway never applied a weight above 0 ("
+                + (
+                    "the golden answers stopped the canary before any traffic moved"
+                    if result["action"] == "rolled back before any traffic"
+                    else "no gateway_updated event with a split"
+                )
+                + ")",
+            )
+        population = f"{sum(s.requests for s in steps)} streams traced in {_steps(len(steps))}"
+        untraced = sum(s.untraced for s in steps)
+        if untraced:
+            population += f" ({untraced} more not traced to a pod, left out)"
+        observed = "; ".join(s.split_text() for s in steps)
+        if any(s.split_ok is False for s in steps):
+            return failed(name, observed=observed, expected=expected, population=population,
+                          hint=_SPLIT_HINT)  # fmt: skip
+        if any(s.split_ok is None for s in steps):
+            return inconclusive(name, expected=expected, reason=observed, observed=observed)
+        return passed(name, observed=observed, expected=expected, population=population)
+
+    return check
+
+
+def weighted_candidate(result: dict) -> Check:
+    """weighted_canary: the candidate's golden answers before any traffic moved, and at
+    each step its streams against the baseline's (broken streams, goodput, TTFT, median
+    ITL: harness.weights.judge_step on the final records); the action the live judgement
+    took (promoted, or rolled back at a step) is in the account."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "weighted_candidate"
+        version, action = result["version"], result["action"]
+        expected = (
+            f"{version}'s golden answers agree, and at every step its streams as good as "
+            "the baseline's"
+        )
+        golden = result["golden"]
+        if golden["status"] == "fail":
+            return failed(
+                name,
+                observed=f"golden answers: {golden['observed']}: "
+                + "; ".join(golden["reasons"])
+                + f"; {action}",
+                expected=expected,
+                population=f"{golden['prompts_compared']} golden prompts",
+                hint=_CANARY_HINTS[golden["mode"]],
+            )
+        if golden["status"] != "pass":
+            return inconclusive(name, expected=expected, reason="; ".join(golden["reasons"]))
+        steps = _weighted_steps(d, result)
+        if not steps:
+            return inconclusive(name, expected=expected, reason="no step ran")
+        cand = sum(s.candidate for s in steps)
+        population = f"{cand} streams of {version} in {_steps(len(steps))}, against the baseline's"
+        bad = next((s for s in steps if s.reasons), None)
+        if bad is not None:
+            return failed(
+                name,
+                observed=f"at {bad.percent:g}%: " + "; ".join(bad.reasons) + f"; {action}",
+                expected=expected,
+                population=population,
+                hint="the candidate is worse than the baseline under the same traffic; the "
+                "rollback kept the damage to the step's share of the requests",
+                bad=[r for r in d.records if r.version == version and r.broken],
+            )
+        unknown = next((s for s in steps if s.unknown), None)
+        if unknown is not None:
+            return inconclusive(
+                name,
+                expected=expected,
+                reason=f"at {unknown.percent:g}%: "
+                + "; ".join(unknown.unknown)
+                + f" ({action}); observe each step longer (weighted_canary.step_max_s) or "
+                "give it more load",
+            )
+        done = ", ".join(f"{s.percent:g}%" for s in steps)
+        return passed(
+            name,
+            observed=f"golden answers agree; as good as the baseline at {done}; {action}",
+            expected=expected,
+            population=population,
+        )
+
+    return check
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")

@@ -59,6 +59,12 @@ def pod_startup_s(cfg) -> float:
     return float(given) if given is not None else float(cfg.engine.startup_s)
 
 
+def _mean_tokens(load) -> float:
+    """The load's mean answer length (its max_tokens classes by weight)."""
+    total = sum(s.weight for s in load.max_tokens) or 1.0
+    return sum(s.tokens * s.weight for s in load.max_tokens) / total
+
+
 def answer_s(cfg, tokens: int) -> float:
     """An answer of `tokens` at the engine's pace (its ttft and inter-token latency)."""
     return cfg.engine.ttft_s + tokens * cfg.engine.itl_s
@@ -77,13 +83,15 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
     if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
+    if kind in ("adapter_rollout", "weighted_canary") and target == "kube":  # likewise
+        return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
         warm = t.warm_requests * answer_s(cfg, 16)
         parts.append(Part("warm requests", warm, warm))
     parts.append(Part("warm-up", t.warmup_s, t.warmup_s, "scenario.warmup_s"))
     parts.append(Part("steady state", 1.0, t.steady_state_s, "scenario.steady_state_s"))
     parts += _act(kind, cfg, startup, params or {}, target)
-    if target == "kube" and kind in ("rollout", "canary", "startup"):
+    if target == "kube" and kind in ("rollout", "canary", "startup", "weighted_canary"):
         # the Deployment's template put back: a rollout the next scenario's settle waits for
         back = _rollout_s(cfg, startup, 1.0, cfg.strategy.max_surge, cfg.strategy.max_unavailable)
         parts.append(Part("the restore's rollout", back, 0.0, "scenario.settle_s"))
@@ -133,6 +141,25 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
             victim,
             part("the golden prompts", asks, t.recovery_s),
             part("the steps", steps, steps, "adapter.step_s"),
+        ]
+    if kind == "weighted_canary":
+        w = cfg.weighted_canary
+        # a step ends once the candidate has served min_samples streams at its weight
+        rate = load.users / max(0.1, answer_s(cfg, _mean_tokens(load)))
+        steps = sum(
+            max(w.step_s, min(w.step_max_s, w.min_samples / (rate * p / 100))) for p in w.steps
+        )
+        return [
+            part("the candidate's start", startup, w.ready_s, "weighted_canary.ready_s"),
+            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
+            part(
+                "the steps",
+                steps,
+                len(w.steps) * (w.step_max_s + w.ready_s),
+                "weighted_canary.step_max_s",
+            ),
+            part("promoting or rolling back", rolling, t.recovery_s),
+            recovered,
         ]
     if kind == "canary":
         return [

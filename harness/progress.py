@@ -69,12 +69,20 @@ def _action(e) -> str | None:
 
 ACTION_LINES: dict[str, Callable] = {
     "rollout": lambda e, d: (
-        f"act: a canary of {d.get('to_version')}, held at one replica until judged"
+        f"act: a weighted canary of {d.get('to_version')}: one replica, no traffic yet"
+        if d.get("weighted")
+        else f"act: a canary of {d.get('to_version')}, held at one replica until judged"
         if d.get("canary")
         else f"act: rolling out {d.get('to_version') or e.version or ''}"
         + (f" ({d['max_surge']}/{d['max_unavailable']})" if "max_surge" in d else "")
     ),
     "canary_promote": lambda e, d: "the canary is promoted: the rollout goes on",
+    "canary_weight": lambda e, d: (
+        f"the gateway's weight for {e.version or d.get('version')}: {d['percent']:g}% of the requests"
+        if isinstance(d.get("percent"), (int, float))
+        else "the gateway routes to every replica alike again"
+    ),
+    "candidate_scale": lambda e, d: f"the candidate scaled to {d.get('replicas')} replicas",
     "canary_rollback": lambda e, d: "the canary is rolled back to the baseline's template",
     "evict": lambda e, d: f"act: evicting {_pod(e)}",
     "drain_node": lambda e, d: f"act: draining node {e.node or d.get('node', '?')}",

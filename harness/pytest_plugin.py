@@ -30,6 +30,7 @@ KINDS = {
     "startup": "roll out a version that starts slower than the liveness window",
     "canary": "one replica of a new version, its answers compared with the baseline's",
     "adapter_rollout": "a LoRA adapter moved to its next version by weight under load",
+    "weighted_canary": "a candidate given a share of the traffic at the gateway, step by step",
 }
 
 config_key = pytest.StashKey[object]()

@@ -547,6 +547,28 @@ class Scenario:
         url, settings = self.target.pod_endpoint(pod.name)
         return self.load.ask(url, prompts, model or self.cfg.load.model, settings)
 
+    def traced_so_far(self) -> list:
+        """The load's records so far (the streams that have ended), each traced to its pod
+        and version through the gateway's log as gather() traces them at the end: for a
+        decision made while the load runs (weighted_canary's steps). A line the load's
+        master is still writing is left for the next call."""
+        from harness.streams import StreamRecord
+
+        path = self.run_dir / "records.jsonl"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return []
+        records = [
+            StreamRecord.from_dict(json.loads(line))
+            for line in text[: text.rfind("\n") + 1].splitlines()
+            if line.strip()
+        ]
+        access_path, _ = self.target.gateway_logs()
+        access = read_access_log(access_path)[0] if access_path else []
+        correlate(records, access, self.target.events())
+        return records
+
     def ask_each(self, pods: list, prompts: list, model: str | None = None) -> dict[str, list]:
         """ask() of every pod at once (each pod still one prompt at a time): pod name ->
         its answers."""

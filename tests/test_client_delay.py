@@ -11,7 +11,7 @@ import pytest
 from harness import checks as C
 from harness import client_delay as CD
 from harness import verdict as V
-from harness.report.compare import latency_change
+from harness.significance import latency_change
 from tests.test_verdict import T, data, rec
 
 pytestmark = pytest.mark.unit

@@ -701,13 +701,17 @@ def test_the_configuration_under_test_is_what_differs_from_the_defaults():
     from harness.config.schema import load_config
     from harness.report.summary import config_changes
 
-    cfg = load_config(None, ["engine.shutdown_timeout_s=0", "load.api_key_env=MY_KEY"])
-    changes = config_changes(cfg)
-    assert (
-        "engine.shutdown_timeout_s: 8.0 -> 0.0" in changes
-        or "engine.shutdown_timeout_s: 8 -> 0" in changes
-    ), changes
+    sets = ["engine.shutdown_timeout_s=0", "load.api_key_env=MY_KEY"]
+    sets += [
+        "load.max_tokens=[{tokens: 8, weight: 1}]",
+        "weighted_canary.stable_selects_candidate=true",
+    ]
+    changes = config_changes(load_config(None, sets))
+    assert "engine.shutdown_timeout_s: 8 -> 0" in changes, changes
     assert any(c.startswith("load.api_key_env:") for c in changes)
+    # as the YAML says them, not Python's reprs of them
+    assert "weighted_canary.stable_selects_candidate: false -> true" in changes
+    assert any(c.endswith("-> [{tokens: 8, weight: 1}]") for c in changes), changes
     assert config_changes(load_config(None, [])) == []
 
 

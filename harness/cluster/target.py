@@ -422,6 +422,35 @@ class Target(abc.ABC):
                 )
             )
 
+    # --- traffic weights at the gateway (weighted_canary) ------------------------------
+    def weight_blocker(self) -> str | None:
+        """Why this target cannot split its traffic by weight between two versions."""
+        return (
+            f"the {self.name} target does not split traffic by weight yet (a Gateway API "
+            "HTTPRoute's backendRefs weights): weighted_canary runs on the local target"
+        )
+
+    def start_candidate(
+        self, version: str, engine: dict | None = None, stable_selects_candidate: bool = False
+    ) -> None:
+        """One replica of `version`, given no traffic (weight 0) until set_weight; the
+        rollout is held there, as start_canary holds it. stable_selects_candidate: the
+        stable backend selects the candidate's pods too (a misconfiguration)."""
+        raise CannotRun(self.weight_blocker() or "no weights here")
+
+    def scale_candidate(self, replicas: int) -> None:
+        """The candidate's replicas (the held rollout's new pods)."""
+        raise CannotRun(self.weight_blocker() or "no weights here")
+
+    def set_weight(self, percent: float) -> None:
+        """The share of the requests the gateway sends to the candidate from now on."""
+        raise CannotRun(self.weight_blocker() or "no weights here")
+
+    def end_split(self) -> None:
+        """The gateway routes to the Service as one again (after a promotion or a
+        rollback has run its course): the weights as they were."""
+        return None
+
     @abc.abstractmethod
     def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...
 

@@ -478,6 +478,53 @@ class AdapterRollout:
 
 
 @dataclass
+class WeightedCanary:
+    """weighted_canary: a candidate version given a share of the traffic at the gateway in
+    steps, each step observed before the next; any step that fails rolls back (weight 0,
+    the candidate removed), the last that passes promotes (the rollout goes on)."""
+
+    version: str = ""  # the candidate's version (default: next_version)
+    # the candidate's engine settings over the baseline's, e.g. {ttft_s: 0.15}
+    engine: dict = field(default_factory=dict)
+    steps: list[float] = field(default_factory=lambda: [10.0, 50.0, 100.0])  # % of requests
+    step_s: float = 10.0  # each step observed at least this long
+    # and on, while the candidate has served fewer than min_samples streams at the weight,
+    # up to this long (then the step cannot tell, and rolls back)
+    step_max_s: float = 120.0
+    min_samples: int = 20  # each version's streams a step compares, at the least
+    # the golden prompts, asked of the candidate and of a baseline replica directly before
+    # any traffic moves (as the canary scenario asks them)
+    mode: str = "same"
+    min_agreement: float = 0.9
+    prompts: str | None = None
+    ready_s: float = 60.0  # longest wait for the candidate's replicas to be ready
+    # the stable backend's Service selects the app's pods by their app label alone, so it
+    # holds the candidate's pods too: the candidate serves more than its weight (local
+    # target: the misconfiguration the split check exists for)
+    stable_selects_candidate: bool = False
+
+    def validate(self) -> None:
+        if not self.steps or any(not 0 < p <= 100 for p in self.steps):
+            raise ValueError(f"steps: percentages above 0 and at most 100, not {self.steps}")
+        if self.steps != sorted(set(self.steps)):
+            raise ValueError(f"steps must rise, each once: {self.steps}")
+        if self.step_s <= 0 or self.step_max_s < self.step_s:
+            raise ValueError(
+                f"step_s must be above 0 and step_max_s at least step_s "
+                f"({self.step_s:g}, {self.step_max_s:g})"
+            )
+        if self.min_samples < 5:
+            raise ValueError(f"min_samples: at least 5, not {self.min_samples}")
+        Canary(
+            version=self.version,
+            mode=self.mode,
+            min_agreement=self.min_agreement,
+            prompts=self.prompts,
+            engine=self.engine,
+        ).validate()
+
+
+@dataclass
 class Ui:
     """What a run prints while it runs (harness.progress)."""
 
@@ -521,6 +568,7 @@ class RunConfig:
     kube: Kube = field(default_factory=Kube)
     canary: Canary = field(default_factory=Canary)
     adapter: AdapterRollout = field(default_factory=AdapterRollout)
+    weighted_canary: WeightedCanary = field(default_factory=WeightedCanary)
     ui: Ui = field(default_factory=Ui)
 
     def validate(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 import urllib.parse
@@ -206,6 +207,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _failed_checks(summary),
         _evidence(summary),
         _canary_section(summary.get("canary")),
+        _weighted_section(summary.get("weighted_canary")),
         _lint_section(summary.get("lint") or []),
         _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
@@ -471,6 +473,63 @@ def _canary_section(c: dict | None) -> str:
         + "</table>"
         + _profile_note(c, b, k)
     )
+
+
+def _weighted_section(w: dict | None) -> str:
+    """weighted_canary's steps as judged live (what promoted or rolled back the candidate):
+    per step the weight, the share the candidate served, and its streams against the
+    baseline's. The checks above judge every step again on the final records."""
+    if not w:
+        return ""
+    golden = w.get("golden") or {}
+    head = (
+        f"<h2>Weighted canary: {_e(w.get('version'))}, {_e(w.get('action'))}</h2>"
+        f"<p>Golden answers before any traffic moved: {_e(str(golden.get('status', '')).upper())}"
+        f" ({_e(golden.get('prompts_compared'))} prompts, asked of "
+        f"<code>{_e(golden.get('baseline_pod'))}</code> and "
+        f"<code>{_e(w.get('candidate_pod'))}</code> directly). Steps asked: "
+        + ", ".join(f"{_e(f'{p:g}')}%" for p in w.get("steps_asked") or [])
+        + ". Each step as judged at its end, on the streams ended by then (at least "
+        f"{_e(w.get('min_samples'))} of the candidate's, or the step's longest window).</p>"
+    )
+    rows = []
+    for step in w.get("steps") or []:
+        share, tol = step.get("share"), step.get("tolerance")
+        shown = f"{share:.0%}" if share is not None else "none traced"
+        if isinstance(tol, (int, float)) and math.isfinite(tol):
+            shown += f" (±{tol * 100:.0f} points)"
+        ttft = (step.get("compared") or {}).get("TTFT") or {}
+        medians = (
+            f"{_ms_or(ttft.get('baseline_median_s'))} / {_ms_or(ttft.get('candidate_median_s'))}"
+        )
+        why = "; ".join((step.get("reasons") or []) + (step.get("unknown") or []))
+        status = str(step.get("status", ""))
+        cells = [
+            f"{step.get('percent', 0):g}%",
+            step.get("requests"),
+            step.get("candidate"),
+            shown,
+            medians,
+            step.get("broken"),
+        ]
+        rows.append(
+            "<tr>"
+            + "".join(f"<td class=num>{_e(c)}</td>" for c in cells)
+            + f"<td class={verdict_class(status)}>{_e(status.replace('_', ' '))}</td>"
+            + f"<td>{_e(why or 'as good as the baseline')}</td></tr>"
+        )
+    table = (
+        "<table><tr><th>weight</th><th>streams</th><th>to the candidate</th><th>its share</th>"
+        "<th>TTFT median, baseline / candidate</th><th>its broken streams</th><th>step</th>"
+        f"<th>why</th></tr>{''.join(rows)}</table>"
+        if rows
+        else "<p>No step ran: the golden answers stopped the candidate first.</p>"
+    )
+    return head + table
+
+
+def _ms_or(seconds) -> str:
+    return "unknown" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def _profile_note(c: dict, b: dict, k: dict) -> str:

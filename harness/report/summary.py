@@ -134,5 +134,22 @@ def config_changes(config, limit: int = 40) -> list[str]:
 
 
 def _short(value) -> str:
-    text = "unset" if value is None else str(value)
+    text = _plain(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value) -> str:
+    """A setting's value as its YAML says it (true, 0.5, [{tokens: 8, weight: 1}]), not
+    Python's repr of it; nothing set or empty: unset, none."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_plain(v) for v in value) + "]" if value else "none"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+        return "{" + inner + "}" if value else "none"
+    return str(value)

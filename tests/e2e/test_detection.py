@@ -18,6 +18,7 @@ from tests.scenario_runs import run_scenarios
 from tests.test_report import CHROMIUM, browser_check
 
 LONG = "load.max_tokens=[{tokens: 200}]"  # every answer ~4 s: streams surely in flight
+SHORT_ANSWERS = "load.max_tokens=[{tokens: 8}]"  # ~0.2 s each: many streams a second
 
 
 def failed_checks(summary: dict) -> set[str]:
@@ -183,6 +184,29 @@ CASES = [
         {"adapter_unload_clean"},
     ),
     (
+        # a candidate three times slower to its first token than the baseline: the first
+        # step (10%) fails against the baseline's streams in it, and rolls back there
+        # (short answers: enough of the candidate's streams in a few seconds)
+        "weighted-canary-slow-candidate-rolled-back-at-the-first-step",
+        "weighted_canary",
+        ["weighted_canary.engine.ttft_s=0.15", SHORT_ANSWERS],
+        set(),
+        {"weighted_candidate"},
+    ),
+    (
+        # the stable backend selects the candidate's pods too (its Service selects by app
+        # label alone): at 10% the candidate serves about a third of the requests
+        "weighted-canary-split-far-off-its-weight",
+        "weighted_canary",
+        [
+            "weighted_canary.stable_selects_candidate=true",
+            "weighted_canary.step_s=6",
+            SHORT_ANSWERS,
+        ],
+        set(),
+        {"weighted_split"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -197,6 +221,10 @@ CASES = [
 )
 def test_misconfiguration_is_caught(tmp_path, select, sets, outcomes, checks):
     proc, summaries = run_scenarios(tmp_path, select, *sets)
+    if select == "weighted_canary":  # rolled back at the first step, the rest not run
+        (summary,) = summaries
+        assert summary["weighted_canary"]["action"] == "rolled back at 10%", summary
+        assert [s["percent"] for s in summary["weighted_canary"]["steps"]] == [10]
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert len(summaries) == 1
     summary = summaries[0]
@@ -227,7 +255,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 14
+    assert len(summaries) == 15
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -245,6 +273,9 @@ def test_well_configured_deployment_passes_every_scenario(healthy_night):
     canary = next(s for s in summaries if s["scenario"] == "canary")["canary"]
     assert canary["action"] == "promoted" and canary["agreement"] == 1.0
     assert canary["candidate_pods_serving"] == [canary["candidate_pod"]]
+    weighted = next(s for s in summaries if s["scenario"] == "weighted_canary")
+    assert weighted["weighted_canary"]["action"] == "promoted"
+    assert [s["percent"] for s in weighted["weighted_canary"]["steps"]] == [10, 50, 100]
 
 
 # what no page a reviewer reads may show: a placeholder, a repr, a unit without its number

@@ -564,9 +564,11 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     listed = [json.loads(p.read_text()) for p in tmp_path.glob("*/*/summary.json")]
     check_exit(r, listed)  # the status a nightly Job would end with, never an abort
     summaries = {s["name"]: s for s in listed}
-    # (-k rollout selects adapter_rollout too: SKIPPED on a cluster, saying why)
-    assert len(summaries) == 12, sorted(summaries)
+    # (-k rollout selects adapter_rollout too, -k canary weighted_canary: SKIPPED on a
+    # cluster, saying why)
+    assert len(summaries) == 13, sorted(summaries)
     assert summaries["test_adapter_rollout"]["verdict"] == "skipped"
+    assert summaries["test_weighted_canary"]["verdict"] == "skipped"
     verdicts = {name: s["verdict"] for name, s in summaries.items()}
     assert set(verdicts.values()) <= {"pass", "fail", "inconclusive", "skipped"}, verdicts
     # no node-drain permission given: skipped, with why; the four the kube target is
@@ -594,7 +596,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
         (shipped,) = status["workers"].values()  # all its load from the external worker
         assert shipped["sent"] > 0
     # the nightly's log as it runs: the outlook first, then each scenario's phases
-    assert "rollcheck: 12 scenario runs selected (" in r.stdout, r.stdout[:2000]
+    assert "rollcheck: 13 scenario runs selected (" in r.stdout, r.stdout[:2000]
     drain = [ln for ln in r.stdout.splitlines() if ln.startswith("rollcheck test_drain[pod] +")]
     for said in ("act: evicting ", "SIGTERM to ", "endpoint of ", "recovered: ", "verdict PASS"):
         assert any(said in ln for ln in drain), (said, drain)

@@ -29,7 +29,7 @@ import httpx
 
 from harness.client import http_get
 from harness.cluster.local.kubelet import PodRunner, PodSpec
-from harness.cluster.local.nginx import Nginx
+from harness.cluster.local.nginx import Nginx, Split
 from harness.cluster.target import EvictionRefused, PodView
 from harness.config.schema import RunConfig
 from harness.engines.startup import StartGate
@@ -73,6 +73,10 @@ class Controller:
         self._seq = 0
         self._ip_seq = 0
         self._endpoints: tuple[str, ...] = ()
+        # weighted_canary: (the candidate's version, its percent, whether the stable
+        # backend selects the candidate's pods too); None: every endpoint alike
+        self.split: tuple[str, float, bool] | None = None
+        self._split: Split | None = None
         self._capacity: tuple | None = None
         self._rolling = False
         self.hold_new: int | None = None  # set_template(hold_new=...): a canary's hold
@@ -114,6 +118,19 @@ class Controller:
             self.events.emit(
                 "rollout_started", version=template.version, detail_strategy=str(self.strategy)
             )
+        self.wake()
+
+    def set_split(self, version: str | None, percent: float = 0.0, overlap: bool = False) -> None:
+        """From now on the gateway sends percent of the requests to `version`'s ready pods
+        and the rest to the others (overlap: to every ready pod); None: no split."""
+        with self.lock:
+            self.split = None if version is None else (version, percent, overlap)
+            self._sync_endpoints()
+
+    def hold_at(self, pods: int) -> None:
+        """A held rollout (set_template(hold_new=...)) holds at this many new pods now."""
+        with self.lock:
+            self.hold_new = pods
         self.wake()
 
     def release_hold(self) -> None:
@@ -404,7 +421,13 @@ class Controller:
     def _sync_endpoints(self) -> None:
         ready = {p.spec.address: p for p in self.pods.values() if p.ready and not p.terminating}
         endpoints = tuple(sorted(ready))
-        if endpoints == self._endpoints:
+        split = None
+        if self.split is not None:
+            version, percent, overlap = self.split
+            mine = tuple(a for a in endpoints if ready[a].spec.version == version)
+            rest = endpoints if overlap else tuple(a for a in endpoints if a not in mine)
+            split = Split(version, percent, mine, rest)
+        if (endpoints, split) == (self._endpoints, self._split):
             return
         before = set(self._endpoints)
         addrs = {p.spec.address: p for p in self.pods.values()}
@@ -420,8 +443,8 @@ class Controller:
         for a in sorted(before - set(endpoints)):
             p = addrs.get(a)
             self.events.emit("endpoint_removed", pod=p.spec.name if p else None, address=a)
-        self._endpoints = endpoints
-        self.gateway.set_endpoints(list(endpoints))
+        self._endpoints, self._split = endpoints, split
+        self.gateway.set_endpoints(list(endpoints), split)
 
     # --- autoscaler stand-in ----------------------------------------------------
     def _autoscale(self) -> None:

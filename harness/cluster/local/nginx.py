@@ -4,6 +4,11 @@ Endpoint changes reach nginx `endpoint_delay_s` after the cluster made them, as
 kube-proxy and ingress controllers learn of them late. A change rewrites the
 routes and reloads nginx: new requests use the new set, while old workers
 finish the streams they hold.
+
+A split (weighted_canary) sends a share of the requests to a candidate's endpoints and
+the rest to the stable ones, as a Gateway API HTTPRoute's backendRefs weights do: nginx's
+split_clients on its own random $request_id, so each request draws its backend
+independently, as Envoy's weighted clusters draw theirs.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.client import UPSTREAM_HEADER
@@ -45,6 +51,28 @@ UPSTREAMINFO_FORMAT = (
 
 class GatewayError(RollcheckError, RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Split:
+    """percent of the requests to the candidate's endpoints, the rest to the stable ones
+    (a backend with no endpoint answers its share with 503, as a Gateway API
+    implementation does). A stable set that holds the candidate's endpoints too is a
+    Service whose selector matches both versions: the candidate then serves more than
+    its weight."""
+
+    version: str
+    percent: float
+    candidate: tuple[str, ...]
+    stable: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "percent": self.percent,
+            "candidate": list(self.candidate),
+            "stable": list(self.stable),
+        }
 
 
 def find_nginx() -> str:
@@ -91,8 +119,9 @@ class Nginx:
         self.read_timeout_s = read_timeout_s
         self.emit = emit
         self.proc: subprocess.Popen | None = None
-        self._pending: list[tuple[float, tuple[str, ...]]] = []
+        self._pending: list[tuple[float, tuple[str, ...], Split | None]] = []
         self._applied: tuple[str, ...] | None = None
+        self._applied_split: Split | None = None
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
@@ -107,6 +136,11 @@ class Nginx:
         return self._applied or ()
 
     @property
+    def applied_split(self) -> Split | None:
+        """The split nginx applies now (None: every endpoint alike)."""
+        return self._applied_split
+
+    @property
     def access_log(self) -> Path:
         return self.dir / ("access.log" if self.access_format == "rollcheck" else "controller.log")
 
@@ -119,7 +153,7 @@ class Nginx:
         self.dir.mkdir(parents=True, exist_ok=True)
         for name in ("client_body", "proxy"):
             (self.dir / name).mkdir(exist_ok=True)
-        self._write_routes(())
+        self._write_routes((), None)
         self._applied = ()
         write_atomic(self.dir / "nginx.conf", self._config())
         test = subprocess.run(
@@ -156,10 +190,12 @@ class Nginx:
         err = (self.dir / "stderr.log").read_text(errors="replace").strip()
         return err.splitlines()[-1] if err else "no output"
 
-    def set_endpoints(self, addresses: list[str]) -> None:
-        """The cluster's endpoint set changed now; nginx learns of it after the delay."""
+    def set_endpoints(self, addresses: list[str], split: Split | None = None) -> None:
+        """The cluster's endpoint set (or the split over it) changed now; nginx learns of
+        it after the delay."""
         with self._cv:
-            self._pending.append((time.monotonic() + self.delay_s, tuple(sorted(addresses))))
+            at = time.monotonic() + self.delay_s
+            self._pending.append((at, tuple(sorted(addresses)), split))
             self._cv.notify()
 
     def _run(self) -> None:
@@ -169,17 +205,18 @@ class Nginx:
                     self._cv.wait()
                 if self._stop:
                     return
-                apply_at, endpoints = self._pending[0]
+                apply_at, endpoints, split = self._pending[0]
                 wait = apply_at - time.monotonic()
                 if wait > 0:
                     self._cv.wait(wait)
                     continue
                 self._pending.pop(0)
-            if endpoints != self._applied:
-                self._write_routes(endpoints)
+            if (endpoints, split) != (self._applied, self._applied_split):
+                self._write_routes(endpoints, split)
                 self._reload()
-                self._applied = endpoints
-                self.emit("gateway_updated", endpoints=list(endpoints))
+                self._applied, self._applied_split = endpoints, split
+                detail = {"split": split.as_dict()} if split is not None else {}
+                self.emit("gateway_updated", endpoints=list(endpoints), **detail)
 
     def _reload(self, timeout_s: float = 5.0) -> None:
         """Graceful reload (old workers finish their streams), returning once the new
@@ -205,13 +242,21 @@ class Nginx:
 
         wait_until(only_new_workers_accept, timeout_s, "nginx's reload", 0.005, error=None)
 
-    def _write_routes(self, endpoints: tuple[str, ...]) -> None:
-        if endpoints:
-            fails, window = self.passive_health or (0, 10.0)
-            health = f"max_fails={fails}" + (f" fail_timeout={window:g}s" if fails else "")
-            servers = "".join(f"    server {a} {health};\n" for a in endpoints)
-            how = "    least_conn;\n" if self.balance == "least_conn" else ""
-            routes = f"upstream engines {{\n{how}{servers}    keepalive 64;\n}}\n"
+    def _write_routes(self, endpoints: tuple[str, ...], split: Split | None) -> None:
+        if split is not None:
+            pools = {"engines": split.stable, "engines_canary": split.candidate}
+            routes = "".join(self._upstream(n, a) for n, a in pools.items() if a)
+            # an empty backend's share is answered 503 here, as no upstream can be empty
+            pool = {n: (n if a else "none") for n, a in pools.items()}
+            shares = f"    {split.percent:g}% {pool['engines_canary']};\n" if split.percent else ""
+            if split.percent < 100:
+                shares += f"    * {pool['engines']};\n"
+            routes += f'split_clients "${{request_id}}" $rollcheck_pool {{\n{shares}}}\n'
+            location = (
+                "if ($rollcheck_pool = none) { return 503; }\nproxy_pass http://$rollcheck_pool;"
+            )
+        elif endpoints:
+            routes = self._upstream("engines", endpoints)
             location = "proxy_pass http://engines;"
         else:
             # A Service with no ready endpoints: ingress-nginx answers 503.
@@ -221,6 +266,13 @@ class Nginx:
             )
         write_atomic(self.dir / "upstreams.conf", routes)
         write_atomic(self.dir / "location.conf", location + "\n")
+
+    def _upstream(self, name: str, endpoints: tuple[str, ...]) -> str:
+        fails, window = self.passive_health or (0, 10.0)
+        health = f"max_fails={fails}" + (f" fail_timeout={window:g}s" if fails else "")
+        servers = "".join(f"    server {a} {health};\n" for a in endpoints)
+        how = "    least_conn;\n" if self.balance == "least_conn" else ""
+        return f"upstream {name} {{\n{how}{servers}    keepalive 64;\n}}\n"
 
     def _config(self) -> str:
         return f"""daemon off;

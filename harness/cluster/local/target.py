@@ -220,6 +220,38 @@ class LocalTarget(Target):
         self.action("canary_rollback")
         self.controller.set_template(self._canary_baseline)
 
+    def weight_blocker(self) -> str | None:
+        return None  # nginx splits by weight (split_clients), the controller holds the rollout
+
+    def start_candidate(
+        self, version: str, engine: dict | None = None, stable_selects_candidate: bool = False
+    ) -> None:
+        act = canary_rollout(version, engine)
+        template, strategy = self._candidate(
+            version, engine, act["max_surge"], act["max_unavailable"], None
+        )
+        self.action("rollout", **act, weighted=True)
+        self._canary_baseline = self.controller.template
+        # no traffic to the candidate's pods before the first step, though they are ready
+        self.controller.set_split(version, 0.0, stable_selects_candidate)
+        self.controller.set_template(template, strategy, hold_new=1)
+
+    def scale_candidate(self, replicas: int) -> None:
+        self.action("candidate_scale", replicas=replicas)
+        self.controller.hold_at(replicas)
+
+    def set_weight(self, percent: float) -> None:
+        if self.controller.split is None:
+            raise TargetError("set_weight: no candidate was started (start_candidate)")
+        version, _, overlap = self.controller.split
+        self.action("canary_weight", version=version, percent=percent)
+        self.controller.set_split(version, percent, overlap)
+
+    def end_split(self) -> None:
+        if self.controller.split is not None:
+            self.action("canary_weight", version=self.controller.split[0], percent=None)
+            self.controller.set_split(None)
+
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self.action("evict", pod=name)
 

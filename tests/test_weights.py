@@ -1,0 +1,225 @@
+"""weighted_canary's arithmetic from literal records, and the local gateway's split by
+weight on a real nginx."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from harness.cluster.local.nginx import Nginx, Split
+from harness.events import Event
+from harness.proc import free_port
+from harness.streams import Outcome, StreamRecord
+from harness.weights import Window, candidate_replicas, judge_step, split_tolerance, windows
+
+
+def rec(i: int, version: str, t: float, ttft: float = 0.05, outcome=Outcome.COMPLETE):
+    return StreamRecord(
+        request_id=f"r{i}",
+        outcome=outcome,
+        sent_at=t,
+        duration_s=1.0,
+        status=200,
+        ttft_s=ttft,
+        itl_p50_s=0.02,
+        version=version,
+    )
+
+
+@pytest.mark.unit
+def test_the_tolerance_is_ten_points_or_three_sigmas():
+    # the conformance test's own case: 200 requests at 30%: 3 sigma = 9.7 points < 10
+    assert split_tolerance(0.3, 200) == pytest.approx(0.10)
+    # few requests: 3 sigma of 20 at 50% is 33.5 points
+    assert split_tolerance(0.5, 20) == pytest.approx(3 * (0.25 / 20) ** 0.5)
+    assert split_tolerance(0.1, 0) == float("inf")
+
+
+@pytest.mark.unit
+def test_the_candidate_scales_with_its_weight():
+    assert [candidate_replicas(p, 3) for p in (10, 34, 50, 67, 100)] == [1, 2, 2, 3, 3]
+    assert candidate_replicas(1, 10) == 1  # at least one
+
+
+@pytest.mark.unit
+def test_windows_run_from_the_gateways_applying_each_weight():
+    def upd(t, percent=None):
+        split = {"split": {"percent": percent, "version": "v2"}} if percent is not None else {}
+        return Event(t=t, kind="gateway_updated", detail={"endpoints": [], **split})
+
+    events = [upd(1.0), upd(2.0, 10), upd(3.0, 10), upd(5.0, 50), upd(9.0, 0), upd(10.0)]
+    # an endpoint change at 10% (t=3) goes on in the 10% window; 0% is no step
+    assert windows(events, t_end=20.0) == [Window(10, 2.0, 5.0), Window(50, 5.0, 9.0)]
+    assert windows(events[:4], t_end=8.0)[-1] == Window(50, 5.0, 8.0)
+
+
+def mixed(n: int, every: int, t0: float = 10.0, cand_ttft: float = 0.05, noise: bool = True):
+    """n streams sent 0.1 s apart, each `every`-th to the candidate v2."""
+    out = []
+    for i in range(n):
+        v = "v2" if i % every == 0 else "v1"
+        jitter = (i % 7) * 0.003 if noise else 0.0
+        out.append(rec(i, v, t0 + i * 0.1, (cand_ttft if v == "v2" else 0.05) + jitter))
+    return out
+
+
+@pytest.mark.unit
+def test_a_healthy_candidate_at_its_weight_passes():
+    records = mixed(400, 10)  # 40 of 400: 10%
+    step = judge_step(Window(10, 10.0, 60.0), records, "v2", min_sample=20)
+    assert step.status == "pass", step.to_dict()
+    assert step.share == pytest.approx(0.1) and step.split_ok
+    assert "(within ±10 points)" in step.split_text()
+
+
+@pytest.mark.unit
+def test_a_candidate_three_times_slower_to_first_token_fails_its_step():
+    records = mixed(400, 10, cand_ttft=0.15)
+    step = judge_step(Window(10, 10.0, 60.0), records, "v2", min_sample=20)
+    assert step.status == "fail"
+    assert any(r.startswith("TTFT median 15") for r in step.reasons), step.reasons
+    assert step.compared["TTFT"]["change"] == "worse"
+
+
+@pytest.mark.unit
+def test_a_split_far_off_its_weight_fails_though_the_candidate_is_healthy():
+    records = mixed(300, 2)  # half the streams at a weight of 10%
+    step = judge_step(Window(10, 10.0, 60.0), records, "v2", min_sample=20)
+    assert step.split_ok is False and step.status == "fail" and not step.reasons
+    assert "off by more than ±10 points" in step.split_text()
+
+
+@pytest.mark.unit
+def test_a_broken_candidate_stream_fails_the_step():
+    records = mixed(400, 10)
+    records[10] = rec(10, "v2", records[10].sent_at, outcome=Outcome.RESET)
+    step = judge_step(Window(10, 10.0, 60.0), records, "v2", min_sample=20)
+    assert step.status == "fail" and step.broken == 1
+    assert "reset" in step.reasons[0]
+
+
+@pytest.mark.unit
+def test_too_few_candidate_streams_cannot_tell_and_streams_outside_the_window_do_not_count():
+    records = mixed(400, 10)
+    step = judge_step(Window(10, 10.0, 15.0), records, "v2", min_sample=20)  # 50 streams
+    assert step.requests == 50 and step.candidate == 5
+    assert step.status == "cannot_tell" and "fewer than 20" in step.unknown[0]
+
+
+@pytest.mark.unit
+def test_at_full_weight_the_candidate_is_held_to_the_baseline_before_the_steps():
+    before = [rec(i, "v1", 1.0 + i * 0.1, 0.05 + (i % 5) * 0.002) for i in range(60)]
+    slow = [rec(100 + i, "v2", 20.0 + i * 0.1, 0.2 + (i % 5) * 0.002) for i in range(60)]
+    step = judge_step(Window(100, 20.0, 30.0), slow, "v2", reference=before, min_sample=20)
+    assert step.against == "the baseline's streams before the steps"
+    assert step.status == "fail" and step.share == 1.0 and step.split_ok
+
+
+@pytest.mark.unit
+def test_untraced_streams_are_counted_apart():
+    records = mixed(200, 10)
+    for r in records[:20]:
+        r.version = None
+    step = judge_step(Window(10, 0.0, 100.0), records, "v2", min_sample=5)
+    assert step.untraced == 20 and step.requests == 180
+
+
+# --- the two checks, on literal run data -------------------------------------------------
+
+
+def weighted_result(action="promoted", golden_status="pass") -> dict:
+    golden = {"status": golden_status, "observed": "8 of 8 agree", "reasons": []}
+    golden |= {"prompts_compared": 8, "mode": "same", "expected": "agree"}
+    return {"version": "v2", "action": action, "golden": golden, "min_samples": 20}
+
+
+def split_events(*steps: tuple[float, float]) -> list[Event]:
+    detail = lambda p: {"endpoints": [], "split": {"version": "v2", "percent": p}}  # noqa: E731
+    return [Event(t=t, kind="gateway_updated", detail=detail(p)) for t, p in steps]
+
+
+@pytest.mark.unit
+def test_the_checks_judge_every_step_again_on_the_final_records():
+    from harness import checks as C
+    from tests.test_verdict import data, status
+
+    events = split_events((10.0, 10), (50.0, 0))
+    good = data(mixed(400, 10), events, t_end=60.0)
+    result = weighted_result()
+    assert status(C.weighted_split(result)(good)) == "pass"
+    said = C.weighted_candidate(result)(good)
+    assert status(said) == "pass" and "at 10%; promoted" in said.observed
+
+    slow = data(mixed(400, 10, cand_ttft=0.15), events, t_end=60.0)
+    said = C.weighted_candidate(weighted_result("rolled back at 10%"))(slow)
+    assert status(said) == "fail" and said.observed.startswith("at 10%: TTFT median")
+    assert said.observed.endswith("; rolled back at 10%")
+
+    off = data(mixed(300, 2), events, t_end=60.0)
+    said = C.weighted_split(result)(off)
+    assert status(said) == "fail" and "off by more than" in said.observed
+    assert "selector of its own" in said.hint
+    assert status(C.weighted_candidate(result)(off)) == "pass"  # the candidate is fine
+
+    # no weight ever applied; golden answers that diverged
+    none = data(mixed(100, 10), [], t_end=60.0)
+    stopped = weighted_result("rolled back before any traffic", golden_status="fail")
+    assert status(C.weighted_split(stopped)(none)) == "inconclusive"
+    said = C.weighted_candidate(stopped)(none)
+    assert status(said) == "fail" and said.observed.startswith("golden answers:")
+    # too few of the candidate's streams to compare: cannot tell
+    few = data(mixed(100, 10), split_events((10.0, 10), (12.0, 0)), t_end=60.0)
+    assert status(C.weighted_candidate(result)(few)) == "inconclusive"
+
+
+# --- the local gateway's split, on a real nginx ------------------------------------------
+
+
+def served_by(gw: Nginx, n: int) -> Counter:
+    seen: Counter = Counter()
+    with httpx.Client(timeout=10) as c:
+        for _ in range(n):
+            r = c.get(gw.url + "/version")
+            seen[r.json()["version"].split()[-1] if r.status_code == 200 else r.status_code] += 1
+    return seen
+
+
+def apply(gw: Nginx, endpoints: list[str], split: Split | None) -> None:
+    gw.set_endpoints(endpoints, split)
+    deadline = time.monotonic() + 10
+    while (gw.applied, gw.applied_split) != (tuple(sorted(endpoints)), split):
+        assert time.monotonic() < deadline, "the split was never applied"
+        time.sleep(0.01)
+
+
+@pytest.mark.process
+def test_nginx_splits_by_weight_and_answers_an_empty_backends_share_503(sim_factory, tmp_path):
+    a, b = sim_factory(model_version="v1"), sim_factory(model_version="v2")
+    stable, cand = f"127.0.0.1:{a.settings.port}", f"127.0.0.1:{b.settings.port}"
+    seen_updates: list[dict] = []
+    emit = lambda kind, **detail: seen_updates.append(detail)  # noqa: E731
+    gw = Nginx(tmp_path, free_port(), endpoint_delay_s=0, read_timeout_s=30, emit=emit)
+    gw.start()
+    try:
+        apply(gw, [stable, cand], Split("v2", 30, (cand,), (stable,)))
+        seen = served_by(gw, 300)
+        share = seen["v2"] / 300
+        assert set(seen) == {"v1", "v2"}
+        assert abs(share - 0.3) <= split_tolerance(0.3, 300), seen
+        for percent, only in ((100, "v2"), (0, "v1")):
+            apply(gw, [stable, cand], Split("v2", percent, (cand,), (stable,)))
+            assert served_by(gw, 20) == Counter({only: 20})
+        # the candidate's pool empty (its pod not ready): its share gets 503
+        apply(gw, [stable], Split("v2", 50, (), (stable,)))
+        seen = served_by(gw, 60)
+        assert set(seen) == {"v1", 503} and seen[503] > 10, seen
+        # no split: every endpoint alike again
+        apply(gw, [stable, cand], None)
+        assert set(served_by(gw, 20)) == {"v1", "v2"}
+        splits = [u["split"] for u in seen_updates if "split" in u]
+        assert [s["percent"] for s in splits] == [30, 100, 0, 50]
+    finally:
+        gw.stop()
