@@ -223,3 +223,41 @@ def test_nginx_splits_by_weight_and_answers_an_empty_backends_share_503(sim_fact
         assert [s["percent"] for s in splits] == [30, 100, 0, 50]
     finally:
         gw.stop()
+
+
+@pytest.mark.process
+def test_the_local_target_gives_the_candidate_its_weight_and_puts_the_routes_back(tmp_path):
+    from harness.cluster.local import LocalTarget
+    from harness.config.schema import load_config
+    from tests.test_local_target import FAST
+
+    t = LocalTarget(load_config(None, [*FAST, "replicas=2"]), tmp_path / "t")
+    t.start()
+    try:
+        t.wait_settled(2, 30)
+        t.start_candidate("v2")
+        t.wait_for(lambda: any(p.version == "v2" for p in t.ready_pods()), 30, "v2 ready")
+        # ready, yet given no traffic before its first step
+        t.wait_for(
+            lambda: (t.gateway.applied_split or Split("", 0, (), ())).candidate, 10, "a split"
+        )
+        assert t.gateway.applied_split.percent == 0 and set(served_by(t.gateway, 20)) == {"v1"}
+        t.set_weight(50)
+        t.wait_for(lambda: t.gateway.applied_split.percent == 50, 10, "the weight applied")
+        assert set(served_by(t.gateway, 40)) == {"v1", "v2"}
+        t.scale_candidate(2)
+        t.wait_for(lambda: sum(p.version == "v2" for p in t.ready_pods()) == 2, 30, "two of v2")
+        # roll back: no traffic to the candidate, its pods gone, the routes as they were
+        t.set_weight(0)
+        t.rollback_canary()
+        t.wait_for(
+            lambda: t.rollout_done() and {p.version for p in t.pods()} == {"v1"},
+            30,
+            "the candidate gone",
+        )
+        t.end_split()
+        t.wait_for(lambda: t.gateway.applied_split is None, 10, "the split removed")
+        assert set(served_by(t.gateway, 20)) == {"v1"}
+        assert len(t.gateway.applied) == 2
+    finally:
+        t.close()
