@@ -79,6 +79,9 @@ __all__ = [
     "scaled_to_zero",
     "scaler_did_not_fight",
     "settle_client_kept_up",
+    "shadow_candidate",
+    "shadow_not_leaked",
+    "shadow_served",
     "shared_checks",
     "slo_budget_for",
     "starts_without_restarts",
@@ -2113,3 +2116,181 @@ def weighted_candidate(result: dict) -> Check:
 
 def _steps(n: int) -> str:
     return f"{n} step" + ("" if n == 1 else "s")
+
+
+# --- shadow -----------------------------------------------------------------------------
+
+
+def shadow_not_leaked(result: dict) -> Check:
+    """shadow: no stream a user received came from the candidate, whose answers the gateway
+    must discard (every record traced to its pod and version)."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "shadow_not_leaked"
+        version = result["version"]
+        expected = f"no user's stream answered by {version} (the shadow)"
+        traced = [r for r in d.records if r.version is not None]
+        if not traced:
+            return inconclusive(name, expected=expected, reason="no stream was traced to a pod")
+        untraced = len(d.records) - len(traced)
+        population = f"{len(traced)} streams traced to a pod" + (
+            f" ({untraced} more not traced, left out)" if untraced else ""
+        )
+        leaked = [r for r in traced if r.version == version]
+        if leaked:
+            return failed(
+                name,
+                observed=f"{len(leaked)} users' streams answered by {version} ({_by_pod(leaked)})",
+                expected=expected,
+                population=population,
+                hint="the Service users reach selects the candidate's pods too (a selector by "
+                "app label alone): give the candidate a Service of its own, and mirror to it",
+                bad=leaked,
+            )
+        return passed(name, observed=f"none of {version}", expected=expected, population=population)
+
+    return check
+
+
+def shadow_served(result: dict) -> Check:
+    """shadow: the candidate served what the gateway mirrored to it: the share of the
+    window's requests mirrored (the gateway's log of each), each answered 200 and read to
+    its end, and the candidate engines' own counters finishing them (a mirrored request it
+    refused, failed or aborted is named)."""
+
+    def check(d: RunData) -> CheckResult:
+        from harness.weights import split_tolerance
+
+        name = "shadow_served"
+        version, percent = result["version"], result["percent"]
+        start, end = result["window"]
+        expected = f"{percent:g}% of the window's requests mirrored, and {version} finishing each"
+        sent = {r.request_id for r in d.records if start <= r.sent_at < end}
+        mirrored = [m for m in result["mirrored"] if m["request_id"] in sent]
+        population = f"{len(sent)} requests sent while the mirror was on"
+        if not sent:
+            return inconclusive(name, expected=expected, reason="no request was sent in the window")
+        share = len(mirrored) / len(sent)
+        tolerance = split_tolerance(percent / 100, len(sent))
+        finished = result["candidate_finished"]
+        done = sum(n for reason, n in finished.items() if reason in ("stop", "length"))
+        cut = {reason: n for reason, n in finished.items() if reason not in ("stop", "length")}
+        refused = [m for m in mirrored if m["status"] >= 400 or m["upstream_status"] != "200"]
+        problems = []
+        if abs(share - percent / 100) > tolerance:
+            problems.append(
+                f"the gateway mirrored {len(mirrored)} of {len(sent)} ({share:.0%}), off its "
+                f"{percent:g}% by more than ±{tolerance * 100:.0f} points"
+            )
+        if refused:
+            statuses = Counter(m["upstream_status"] or str(m["status"]) for m in refused)
+            ids = ", ".join(m["request_id"] for m in refused[:MAX_LISTED])
+            problems.append(
+                f"{version} could not serve {len(refused)} mirrored requests ("
+                + ", ".join(f"{n} answered {s}" for s, n in sorted(statuses.items()))
+                + f"; e.g. {ids})"
+            )
+        if cut:
+            problems.append(
+                f"{version}'s engines ended "
+                + ", ".join(f"{n} {reason}" for reason, n in cut.items())
+                + f" of the requests they took (and finished {done})"
+            )
+        observed = (
+            f"{len(mirrored)} of {len(sent)} mirrored ({share:.0%}); {version} finished {done} "
+            "(its engines' counters)"
+        )
+        if problems:
+            hint = (
+                "the gateway closed each mirrored request after its headers and the engine "
+                "aborted it: nginx's mirror (ingress-nginx's mirror-target) reads only the "
+                "headers of a mirrored answer; mirror with a gateway that reads the whole "
+                "answer (Envoy's request mirroring does)"
+                if cut.get("abort") and not refused
+                else "the candidate fails requests the baseline serves: it is not ready to "
+                "take traffic"
+            )
+            return failed(
+                name,
+                observed="; ".join(problems),
+                expected=expected,
+                population=population,
+                hint=hint,
+            )
+        return passed(name, observed=observed, expected=expected, population=population)
+
+    return check
+
+
+def shadow_candidate(result: dict) -> Check:
+    """shadow: the candidate's golden answers (asked directly), and its TTFT and
+    inter-token latency under the mirrored load against the baseline's under the users'
+    load, from the engines' own histograms over the window (harness.histograms)."""
+
+    def check(d: RunData) -> CheckResult:
+        from harness.histograms import ITL, TTFT, compare, count, quantile
+
+        name = "shadow_candidate"
+        version = result["version"]
+        expected = f"{version}'s golden answers agree, and its latency as the baseline's"
+        golden = result["golden"]
+        if golden["status"] == "fail":
+            return failed(
+                name,
+                observed="golden answers: "
+                + golden["observed"]
+                + ": "
+                + "; ".join(golden["reasons"]),
+                expected=expected,
+                population=f"{golden['prompts_compared']} golden prompts",
+                hint=_CANARY_HINTS[golden["mode"]],
+            )
+        if golden["status"] != "pass":
+            return inconclusive(name, expected=expected, reason="; ".join(golden["reasons"]))
+
+        def hist(side: str, family: str) -> list[tuple[float, float]]:
+            rows = result["histograms"][side][family]
+            return [(math.inf if b == "+Inf" else float(b), n) for b, n in rows]
+
+        said, worse, unknown = [], [], []
+        for family, label in ((TTFT, "TTFT"), (ITL, "inter-token latency")):
+            base, cand = hist("baseline", family), hist("candidate", family)
+            change, how = compare(base, cand, result["min_samples"])
+            mb, mc = quantile(base, 0.5), quantile(cand, 0.5)
+            text = f"{label} median {_ms_or_none(mc)} against {_ms_or_none(mb)} ({how})"
+            said.append(text)
+            if change == "worse":
+                worse.append(text)
+            elif how.startswith("cannot tell"):
+                unknown.append(text)
+        population = (
+            f"{count(hist('candidate', TTFT))} of {version}'s requests and "
+            f"{count(hist('baseline', TTFT))} of the baseline's, by their engines' histograms"
+        )
+        if worse:
+            return failed(
+                name,
+                observed="; ".join(worse),
+                expected=expected,
+                population=population,
+                hint="the candidate is slower than the baseline under the same load: it would "
+                "be slower for users",
+            )
+        if unknown:
+            return inconclusive(
+                name,
+                expected=expected,
+                reason="; ".join(unknown) + "; mirror for longer (shadow.window_s)",
+            )
+        return passed(
+            name,
+            observed="golden answers agree; " + "; ".join(said),
+            expected=expected,
+            population=population,
+        )
+
+    return check
+
+
+def _ms_or_none(seconds: float | None) -> str:
+    return "unknown" if seconds is None else f"{seconds * 1000:.0f} ms"

@@ -83,7 +83,7 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
     if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
-    if kind in ("adapter_rollout", "weighted_canary") and target == "kube":  # likewise
+    if kind in ("adapter_rollout", "weighted_canary", "shadow") and target == "kube":  # likewise
         return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
         warm = t.warm_requests * answer_s(cfg, 16)
@@ -91,7 +91,7 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts.append(Part("warm-up", t.warmup_s, t.warmup_s, "scenario.warmup_s"))
     parts.append(Part("steady state", 1.0, t.steady_state_s, "scenario.steady_state_s"))
     parts += _act(kind, cfg, startup, params or {}, target)
-    if target == "kube" and kind in ("rollout", "canary", "startup", "weighted_canary"):
+    if target == "kube" and kind in ("rollout", "canary", "startup", "weighted_canary", "shadow"):
         # the Deployment's template put back: a rollout the next scenario's settle waits for
         back = _rollout_s(cfg, startup, 1.0, cfg.strategy.max_surge, cfg.strategy.max_unavailable)
         parts.append(Part("the restore's rollout", back, 0.0, "scenario.settle_s"))
@@ -159,6 +159,16 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
                 "weighted_canary.step_max_s",
             ),
             part("promoting or rolling back", rolling, t.recovery_s),
+            recovered,
+        ]
+    if kind == "shadow":
+        sh = cfg.shadow
+        return [
+            part("the candidate's start", startup, sh.ready_s, "shadow.ready_s"),
+            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
+            part("the mirror", sh.window_s, sh.window_s, "shadow.window_s"),
+            part("the mirrored requests' end", answer_s(cfg, longest), sh.idle_s, "shadow.idle_s"),
+            part("removing the candidate", rolling, t.recovery_s),
             recovered,
         ]
     if kind == "canary":

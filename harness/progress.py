@@ -83,6 +83,11 @@ ACTION_LINES: dict[str, Callable] = {
         else "the gateway routes to every replica alike again"
     ),
     "candidate_scale": lambda e, d: f"the candidate scaled to {d.get('replicas')} replicas",
+    "mirror": lambda e, d: (
+        f"the gateway mirrors {d['percent']:g}% of the requests to {e.version or d.get('version')}"
+        if d.get("percent")
+        else "the gateway mirrors nothing"
+    ),
     "canary_rollback": lambda e, d: "the canary is rolled back to the baseline's template",
     "evict": lambda e, d: f"act: evicting {_pod(e)}",
     "drain_node": lambda e, d: f"act: draining node {e.node or d.get('node', '?')}",

@@ -31,6 +31,7 @@ KINDS = {
     "canary": "one replica of a new version, its answers compared with the baseline's",
     "adapter_rollout": "a LoRA adapter moved to its next version by weight under load",
     "weighted_canary": "a candidate given a share of the traffic at the gateway, step by step",
+    "shadow": "the gateway copies the requests to a candidate and discards its answers",
 }
 
 config_key = pytest.StashKey[object]()

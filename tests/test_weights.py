@@ -245,6 +245,9 @@ def test_the_local_target_gives_the_candidate_its_weight_and_puts_the_routes_bac
         t.set_weight(50)
         t.wait_for(lambda: t.gateway.applied_split.percent == 50, 10, "the weight applied")
         assert set(served_by(t.gateway, 40)) == {"v1", "v2"}
+        t.set_mirror(100)  # and every request copied to it (shadow)
+        t.wait_for(lambda: t.gateway.applied_split.mirror == 100, 10, "the mirror applied")
+        assert t.gateway.applied_split.percent == 50  # the weight kept
         t.scale_candidate(2)
         t.wait_for(lambda: sum(p.version == "v2" for p in t.ready_pods()) == 2, 30, "two of v2")
         # roll back: no traffic to the candidate, its pods gone, the routes as they were
@@ -258,6 +261,7 @@ def test_the_local_target_gives_the_candidate_its_weight_and_puts_the_routes_bac
         t.end_split()
         t.wait_for(lambda: t.gateway.applied_split is None, 10, "the split removed")
         assert set(served_by(t.gateway, 20)) == {"v1"}
+        assert (t.gateway.dir / "mirror.conf").read_text() == "return 204;\n"  # no mirror
         assert len(t.gateway.applied) == 2
     finally:
         t.close()

@@ -446,6 +446,22 @@ class Target(abc.ABC):
         """The share of the requests the gateway sends to the candidate from now on."""
         raise CannotRun(self.weight_blocker() or "no weights here")
 
+    def mirror_blocker(self) -> str | None:
+        """Why this target's gateway cannot mirror requests to a candidate."""
+        return (
+            f"the {self.name} target does not mirror requests yet (a Gateway API HTTPRoute's "
+            "RequestMirror filter): shadow runs on the local target"
+        )
+
+    def set_mirror(self, percent: float) -> None:
+        """The share of the requests the gateway copies to the candidate from now on, its
+        answers discarded (0: none)."""
+        raise CannotRun(self.mirror_blocker() or "no mirror here")
+
+    def mirror_log(self) -> Path | None:
+        """The gateway's log of the mirrored requests, one line each (None: none kept)."""
+        return None
+
     def end_split(self) -> None:
         """The gateway routes to the Service as one again (after a promotion or a
         rollback has run its course): the weights as they were."""

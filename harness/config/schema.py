@@ -163,6 +163,10 @@ class Gateway:
     # server parameters); 0: every replica always tried
     max_fails: int = 0
     fail_timeout_s: float = 10.0
+    # shadow: a mirrored request's whole answer is read, as Envoy's mirroring reads it;
+    # false: nginx's mirror alone, which reads only the headers of each mirrored answer
+    # and closes it (a streaming engine aborts it at once: ingress-nginx's mirror-target)
+    mirror_reads_answers: bool = True
 
     def validate(self) -> None:
         if self.balance not in ("round_robin", "least_conn"):
@@ -525,6 +529,43 @@ class WeightedCanary:
 
 
 @dataclass
+class Shadow:
+    """shadow: the gateway copies a share of the requests to a candidate and discards its
+    answers, for a window; the candidate judged by what it did with them (its engine's own
+    counters and latency histograms against the baseline's), never by a user."""
+
+    version: str = ""  # the candidate's version (default: next_version)
+    engine: dict = field(default_factory=dict)  # its engine settings over the baseline's
+    percent: float = 100.0  # of the requests, mirrored to the candidate
+    window_s: float = 10.0  # how long the requests are mirrored
+    # observations each engine's histogram needs in the window to be compared
+    min_samples: int = 20
+    idle_s: float = 30.0  # longest wait for the candidate to finish what was mirrored
+    mode: str = "same"  # the golden prompts, asked of the candidate directly (as canary)
+    min_agreement: float = 0.9
+    prompts: str | None = None
+    ready_s: float = 60.0
+    # the Service users reach selects the candidate's pods too (by app label alone): the
+    # candidate answers users (local target: the misconfiguration shadow_not_leaked catches)
+    stable_selects_candidate: bool = False
+
+    def validate(self) -> None:
+        if not 0 < self.percent <= 100:
+            raise ValueError(f"percent: above 0 and at most 100, not {self.percent:g}")
+        if self.window_s <= 0 or self.idle_s <= 0:
+            raise ValueError("window_s and idle_s must be above 0")
+        if self.min_samples < 5:
+            raise ValueError(f"min_samples: at least 5, not {self.min_samples}")
+        Canary(
+            version=self.version,
+            mode=self.mode,
+            min_agreement=self.min_agreement,
+            prompts=self.prompts,
+            engine=self.engine,
+        ).validate()
+
+
+@dataclass
 class Ui:
     """What a run prints while it runs (harness.progress)."""
 
@@ -569,6 +610,7 @@ class RunConfig:
     canary: Canary = field(default_factory=Canary)
     adapter: AdapterRollout = field(default_factory=AdapterRollout)
     weighted_canary: WeightedCanary = field(default_factory=WeightedCanary)
+    shadow: Shadow = field(default_factory=Shadow)
     ui: Ui = field(default_factory=Ui)
 
     def validate(self) -> None:

@@ -208,6 +208,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _evidence(summary),
         _canary_section(summary.get("canary")),
         _weighted_section(summary.get("weighted_canary")),
+        _shadow_section(summary.get("shadow")),
         _lint_section(summary.get("lint") or []),
         _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
@@ -526,6 +527,48 @@ def _weighted_section(w: dict | None) -> str:
         else "<p>No step ran: the golden answers stopped the candidate first.</p>"
     )
     return head + table
+
+
+def _shadow_section(sh: dict | None) -> str:
+    """shadow: what was mirrored, what the candidate's engines did with it, and the two
+    sides' latency from their own histograms (the checks above judge them)."""
+    if not sh:
+        return ""
+    from harness.histograms import ITL, TTFT, count, quantile
+
+    def hist(side: str, family: str) -> list:
+        rows = ((sh.get("histograms") or {}).get(side) or {}).get(family) or []
+        return [(math.inf if b == "+Inf" else float(b), n) for b, n in rows]
+
+    finished = sh.get("candidate_finished") or {}
+    done = ", ".join(f"{n} {reason}" for reason, n in finished.items()) or "nothing"
+    rows = "".join(
+        f"<tr><td>{_e(label)}</td>"
+        + "".join(
+            f"<td class=num>{_e(_ms_or(quantile(hist(side, family), q)))}</td>"
+            for side in ("baseline", "candidate")
+            for q in (0.5, 0.9)
+        )
+        + "".join(
+            f"<td class=num>{_e(count(hist(side, family)))}</td>"
+            for side in ("baseline", "candidate")
+        )
+        + "</tr>"
+        for family, label in ((TTFT, "TTFT"), (ITL, "inter-token latency"))
+    )
+    golden = sh.get("golden") or {}
+    percent = sh.get("percent")
+    share = f"{percent:g}% of the requests" if isinstance(percent, (int, float)) else "requests"
+    return (
+        f"<h2>Shadow: {_e(sh.get('version'))}, {_e(share)} mirrored</h2>"
+        f"<p>{_e(len(sh.get('mirrored') or []))} requests mirrored to "
+        f"{_e(', '.join(sh.get('candidate_pods') or []))}, their answers discarded; its engines "
+        f"finished {_e(done)} (finished_reason, their own counters). Golden answers, asked "
+        f"directly: {_e(str(golden.get('status', '')).upper())}.</p>"
+        "<table><tr><th>engines' histograms</th><th>baseline median</th><th>baseline p90</th>"
+        "<th>candidate median</th><th>candidate p90</th><th>baseline observations</th>"
+        f"<th>candidate observations</th></tr>{rows}</table>"
+    )
 
 
 def _ms_or(seconds) -> str:

@@ -17,12 +17,13 @@ import resource
 import sys
 import time
 import uuid
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from harness.quantiles import quantile_of_sorted
@@ -150,11 +151,24 @@ class Metrics:
         self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting for a slot.")
         self.kv_cache = gauge("vllm:kv_cache_usage_perc", "KV cache usage (0-1).")
         self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "TTFT.", names, registry=self.registry
+            "vllm:time_to_first_token_seconds",
+            "TTFT.",
+            names,
+            registry=self.registry,
+            buckets=TTFT_BUCKETS,
         ).labels(**labels)
         self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "E2E latency.", names, registry=self.registry
+            "vllm:e2e_request_latency_seconds",
+            "E2E latency.",
+            names,
+            registry=self.registry,
+            buckets=REQUEST_LATENCY_BUCKETS,
         ).labels(**labels)
+        # vllm:inter_token_latency_seconds, one observation per token after a stream's
+        # first: counted in plain lists and read at scrape time, as generation_tokens is
+        self.itl_counts = [0] * (len(ITL_BUCKETS) + 1)
+        self.itl_sum = 0.0
+        self.registry.register(_ItlHistogram(self, labels))
         self._success = Counter(
             "vllm:request_success_total",
             "Finished requests.",
@@ -172,6 +186,43 @@ class Metrics:
 
     def success(self, reason: str) -> None:
         self._success.labels(**self._labels, finished_reason=reason).inc()
+
+
+# vLLM 0.32's default buckets (vllm/v1/metrics/buckets.py), so that what is read from the
+# simulator's histograms reads alike from a real engine's
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class _ItlHistogram(Collector):
+    """vllm:inter_token_latency_seconds, from Metrics.itl_counts when scraped."""
+
+    def __init__(self, metrics: Metrics, labels: dict[str, str]):
+        self._metrics, self._labels = metrics, labels
+
+    def collect(self):
+        m = self._metrics
+        family = HistogramMetricFamily(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            labels=list(self._labels),
+        )
+        running, buckets = 0, []
+        for bound, n in zip([*ITL_BUCKETS, float("inf")], m.itl_counts, strict=True):
+            running += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        family.add_metric(list(self._labels.values()), buckets, m.itl_sum)
+        yield family
 
 
 class _TokenCounter(Collector):
@@ -247,6 +298,7 @@ class Decode:
         self.next_at = first_at
         self.on_first: Callable[[], None] | None = on_first
         self.last = last  # the chunk of the answer's last token: it carries the finish
+        self.written_at: float | None = None  # the last token's (the inter-token latency)
         self._waiter: asyncio.Future | None = None
 
     def over(self) -> bool:
@@ -288,10 +340,16 @@ class Decode:
             }
             self.sent += 1
             engine.events_sent += 1
-            engine.metrics.generation_tokens += 1
+            metrics = engine.metrics
+            metrics.generation_tokens += 1
             if self.on_first is not None:
                 self.on_first()
                 self.on_first = None
+            elif self.written_at is not None:
+                gap = now - self.written_at
+                metrics.itl_counts[bisect_left(ITL_BUCKETS, gap)] += 1
+                metrics.itl_sum += gap
+            self.written_at = now
             self.next_at += self.app._gap_s()
             send = self.send(message)
             try:

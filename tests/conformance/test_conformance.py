@@ -10,6 +10,7 @@ time (about 4.5 GB each). Measured facts: docs/facts.md.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -129,12 +130,22 @@ def test_metric_names_and_labels(one_slot):
         "vllm:generation_tokens_total",
         "vllm:prompt_tokens_total",
         "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
         "vllm:e2e_request_latency_seconds_bucket",
     ):
         lines = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
         assert lines, f"{name} missing"
         assert 'model_name="m"' in lines[0] and "engine=" in lines[0], lines[0]
     assert 'finished_reason="length"' in text
+    # the histograms' buckets alike (what harness.histograms reads from either engine)
+    from harness.sim.app import ITL_BUCKETS, TTFT_BUCKETS
+
+    for name, bounds in (
+        ("vllm:time_to_first_token_seconds_bucket", TTFT_BUCKETS),
+        ("vllm:inter_token_latency_seconds_bucket", ITL_BUCKETS),
+    ):
+        les = set(re.findall(name + r'\{[^}]*le="([^"]+)"', text))
+        assert les == {repr(b) for b in bounds} | {"+Inf"}, (name, sorted(les))
 
 
 def test_a_queued_request_gets_headers_then_nothing_until_admitted(one_slot):

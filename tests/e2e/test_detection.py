@@ -207,6 +207,23 @@ CASES = [
         {"weighted_split"},
     ),
     (
+        # a candidate that fails a third of what it is sent: the mirrored requests it
+        # answered 503 are named from the gateway's log of each
+        "shadow-candidate-errors-on-mirrored-requests",
+        "shadow",
+        ["shadow.engine.fault_http_error_rate=0.3"],
+        set(),
+        {"shadow_served"},
+    ),
+    (
+        # the Service users reach selects the candidate's pods too: users get its answers
+        "shadow-leaks-the-candidates-answers-to-users",
+        "shadow",
+        ["shadow.stable_selects_candidate=true"],
+        set(),
+        {"shadow_not_leaked"},
+    ),
+    (
         "scale-up-slow-start",
         "scale_up",
         ["engine.startup_s=12", "scenario.recovery_s=6"],
@@ -247,7 +264,7 @@ def healthy_night(tmp_path_factory):
     proc, summaries = run_scenarios(
         reports,
         "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
-        "or startup or scale_down or node_loss",  # (rollout: adapter_rollout too)
+        "or startup or scale_down or node_loss or shadow",  # (rollout: adapter_rollout too)
     )
     return reports, proc, summaries
 
@@ -255,7 +272,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 15
+    assert len(summaries) == 16
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -276,6 +293,8 @@ def test_well_configured_deployment_passes_every_scenario(healthy_night):
     weighted = next(s for s in summaries if s["scenario"] == "weighted_canary")
     assert weighted["weighted_canary"]["action"] == "promoted"
     assert [s["percent"] for s in weighted["weighted_canary"]["steps"]] == [10, 50, 100]
+    shadow = next(s for s in summaries if s["scenario"] == "shadow")["shadow"]
+    assert shadow["mirrored"] and set(shadow["candidate_finished"]) <= {"stop", "length"}
 
 
 # what no page a reviewer reads may show: a placeholder, a repr, a unit without its number

@@ -73,9 +73,10 @@ class Controller:
         self._seq = 0
         self._ip_seq = 0
         self._endpoints: tuple[str, ...] = ()
-        # weighted_canary: (the candidate's version, its percent, whether the stable
-        # backend selects the candidate's pods too); None: every endpoint alike
-        self.split: tuple[str, float, bool] | None = None
+        # weighted_canary and shadow: (the candidate's version, its percent, whether the
+        # stable backend selects the candidate's pods too, the percent mirrored to it);
+        # None: every endpoint alike
+        self.split: tuple[str, float, bool, float] | None = None
         self._split: Split | None = None
         self._capacity: tuple | None = None
         self._rolling = False
@@ -120,11 +121,14 @@ class Controller:
             )
         self.wake()
 
-    def set_split(self, version: str | None, percent: float = 0.0, overlap: bool = False) -> None:
+    def set_split(
+        self, version: str | None, percent: float = 0.0, overlap: bool = False, mirror: float = 0.0
+    ) -> None:
         """From now on the gateway sends percent of the requests to `version`'s ready pods
-        and the rest to the others (overlap: to every ready pod); None: no split."""
+        and the rest to the others (overlap: to every ready pod), and copies mirror percent
+        of them to `version`'s pods; None: no split."""
         with self.lock:
-            self.split = None if version is None else (version, percent, overlap)
+            self.split = None if version is None else (version, percent, overlap, mirror)
             self._sync_endpoints()
 
     def hold_at(self, pods: int) -> None:
@@ -423,10 +427,10 @@ class Controller:
         endpoints = tuple(sorted(ready))
         split = None
         if self.split is not None:
-            version, percent, overlap = self.split
+            version, percent, overlap, mirror = self.split
             mine = tuple(a for a in endpoints if ready[a].spec.version == version)
             rest = endpoints if overlap else tuple(a for a in endpoints if a not in mine)
-            split = Split(version, percent, mine, rest)
+            split = Split(version, percent, mine, rest, mirror)
         if (endpoints, split) == (self._endpoints, self._split):
             return
         before = set(self._endpoints)

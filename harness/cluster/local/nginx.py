@@ -8,7 +8,10 @@ finish the streams they hold.
 A split (weighted_canary) sends a share of the requests to a candidate's endpoints and
 the rest to the stable ones, as a Gateway API HTTPRoute's backendRefs weights do: nginx's
 split_clients on its own random $request_id, so each request draws its backend
-independently, as Envoy's weighted clusters draw theirs.
+independently, as Envoy's weighted clusters draw theirs. A mirror (shadow) copies a share
+of the requests to the candidate's endpoints and discards its answers, as an HTTPRoute's
+RequestMirror filter does: nginx's mirror module, each mirrored request logged in
+mirror.log (its status and upstream, joined to the user's request by X-Request-Id).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +31,7 @@ from harness.client import UPSTREAM_HEADER
 from harness.cluster.local.kubelet import stop_with_parent
 from harness.errors import RollcheckError
 from harness.files import open_append, write_atomic
-from harness.proc import children, cmdline, kill_group
+from harness.proc import children, cmdline, free_port, kill_group
 from harness.waits import wait_until
 
 # One JSON object per request: the fields that join a log line to a stream record.
@@ -65,6 +70,7 @@ class Split:
     percent: float
     candidate: tuple[str, ...]
     stable: tuple[str, ...]
+    mirror: float = 0.0  # percent of the requests copied to the candidate, answers discarded
 
     def as_dict(self) -> dict:
         return {
@@ -72,6 +78,7 @@ class Split:
             "percent": self.percent,
             "candidate": list(self.candidate),
             "stable": list(self.stable),
+            "mirror": self.mirror,
         }
 
 
@@ -99,6 +106,7 @@ class Nginx:
         connect_timeout_s: float = 60.0,
         passive_health: tuple[int, float] | None = None,
         balance: str = "round_robin",
+        mirror_reads_answers: bool = True,
     ):
         """access_format: rollcheck (JSON lines, access.log and error.log), or
         upstreaminfo (ingress-nginx's: access and error lines in one controller.log, as
@@ -106,7 +114,10 @@ class Nginx:
         (its default 60 s); a connect that fails or times out is retried on another
         upstream (proxy_next_upstream's default). passive_health: (max_fails,
         fail_timeout_s) per upstream; None: max_fails=0, every upstream always tried.
-        balance: round_robin (nginx's default) or least_conn (the fewest open streams)."""
+        balance: round_robin (nginx's default) or least_conn (the fewest open streams).
+        mirror_reads_answers: a mirrored request's whole answer is read (the mirror reader,
+        as Envoy's mirroring reads it); false: nginx's mirror alone, which closes each
+        mirrored request after its headers."""
         if access_format not in ("rollcheck", "upstreaminfo"):
             raise ValueError(f"access_format must be rollcheck or upstreaminfo: {access_format!r}")
         self.access_format = access_format
@@ -115,6 +126,10 @@ class Nginx:
         self.balance = balance
         self.dir = Path(run_dir) / "gateway"
         self.port = port
+        self.mirror_port = free_port()  # the candidate's server, for mirrored requests
+        self.mirror_reads_answers = mirror_reads_answers
+        self.reader_port = free_port()
+        self.reader: subprocess.Popen | None = None
         self.delay_s = endpoint_delay_s
         self.read_timeout_s = read_timeout_s
         self.emit = emit
@@ -143,6 +158,11 @@ class Nginx:
     @property
     def access_log(self) -> Path:
         return self.dir / ("access.log" if self.access_format == "rollcheck" else "controller.log")
+
+    @property
+    def mirror_log(self) -> Path:
+        """One line per mirrored request (rollcheck's JSON format): the candidate's answer."""
+        return self.dir / "mirror.log"
 
     @property
     def error_log(self) -> Path:
@@ -243,6 +263,8 @@ class Nginx:
         wait_until(only_new_workers_accept, timeout_s, "nginx's reload", 0.005, error=None)
 
     def _write_routes(self, endpoints: tuple[str, ...], split: Split | None) -> None:
+        mirror = "return 204;"  # the mirror location's answer when nothing is mirrored
+        reader = "return 503;"  # the reader's, with no candidate to read from
         if split is not None:
             pools = {"engines": split.stable, "engines_canary": split.candidate}
             routes = "".join(self._upstream(n, a) for n, a in pools.items() if a)
@@ -255,6 +277,21 @@ class Nginx:
             location = (
                 "if ($rollcheck_pool = none) { return 503; }\nproxy_pass http://$rollcheck_pool;"
             )
+            if split.mirror and split.candidate:
+                mirrored = f"    {split.mirror:g}% 1;\n" + (
+                    "    * 0;\n" if split.mirror < 100 else ""
+                )
+                routes += f'split_clients "${{request_id}}" $rollcheck_mirrored {{\n{mirrored}}}\n'
+                location = "mirror /rollcheck_mirror;\nmirror_request_body on;\n" + location
+                to = self.mirror_port
+                if self.mirror_reads_answers:
+                    self._start_reader()
+                    to = self.reader_port
+                mirror = (
+                    "if ($rollcheck_mirrored != 1) { return 204; }\n"
+                    f"proxy_pass http://127.0.0.1:{to}$request_uri;"
+                )
+                reader = "proxy_pass http://engines_canary;"
         elif endpoints:
             routes = self._upstream("engines", endpoints)
             location = "proxy_pass http://engines;"
@@ -266,6 +303,33 @@ class Nginx:
             )
         write_atomic(self.dir / "upstreams.conf", routes)
         write_atomic(self.dir / "location.conf", location + "\n")
+        write_atomic(self.dir / "mirror.conf", mirror + "\n")
+        write_atomic(self.dir / "reader.conf", reader + "\n")
+
+    def _start_reader(self) -> None:
+        """The mirror reader (harness/cluster/local/mirror_reader.py), once."""
+        if self.reader is not None:
+            return
+        self.reader = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.cluster.local.mirror_reader",
+                f"127.0.0.1:{self.reader_port}",
+                f"127.0.0.1:{self.mirror_port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open_append(self.dir / "mirror_reader.log", binary=True, truncate=True),
+            start_new_session=True,
+            preexec_fn=stop_with_parent,
+        )
+        wait_until(
+            lambda: _listening(self.reader_port),
+            10,
+            "the mirror reader to listen",
+            interval_s=0.02,
+            error=GatewayError,
+        )
 
     def _upstream(self, name: str, endpoints: tuple[str, ...]) -> str:
         fails, window = self.passive_health or (0, 10.0)
@@ -309,6 +373,32 @@ http {{
             add_header {UPSTREAM_HEADER} $upstream_addr always;
             include location.conf;
         }}
+        # a mirrored request (shadow), with the user's request id. nginx's mirror reads
+        # only the headers of its subrequest's answer and then closes it (the candidate
+        # sees a client gone, and aborts a streaming answer at once: measured, facts.md):
+        # so the subrequest goes to the mirror reader, which reads the whole answer from
+        # the candidate's server below
+        location = /rollcheck_mirror {{
+            internal;
+            access_log off;
+            proxy_set_header X-Request-Id $http_x_request_id;
+            include mirror.conf;
+        }}
+    }}
+    # the candidate's server for mirrored requests, each logged in mirror.log
+    server {{
+        listen 127.0.0.1:{self.mirror_port};
+        access_log mirror.log rollcheck;
+        location / {{
+            proxy_http_version 1.1;
+            proxy_buffering off;
+            proxy_set_header Connection "";
+            proxy_set_header X-Request-Id $http_x_request_id;
+            proxy_connect_timeout {self.connect_timeout_s:g}s;
+            proxy_read_timeout {int(self.read_timeout_s)}s;
+            proxy_send_timeout {int(self.read_timeout_s)}s;
+            include reader.conf;
+        }}
     }}
 }}
 """
@@ -321,6 +411,17 @@ http {{
             # the workers too, when the master died first (they keep the listening socket)
             kill_group(self.proc, signal.SIGKILL)
             self.proc.wait(5)
+        if self.reader is not None:
+            kill_group(self.reader, signal.SIGKILL)
+            self.reader.wait(5)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
 
 
 def _read(path: Path) -> str:

@@ -55,6 +55,7 @@ class LocalTarget(Target):
                 else None
             ),
             balance=config.gateway.balance,
+            mirror_reads_answers=config.gateway.mirror_reads_answers,
         )
         self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
         self._started = False
@@ -243,9 +244,22 @@ class LocalTarget(Target):
     def set_weight(self, percent: float) -> None:
         if self.controller.split is None:
             raise TargetError("set_weight: no candidate was started (start_candidate)")
-        version, _, overlap = self.controller.split
+        version, _, overlap, mirror = self.controller.split
         self.action("canary_weight", version=version, percent=percent)
-        self.controller.set_split(version, percent, overlap)
+        self.controller.set_split(version, percent, overlap, mirror)
+
+    def mirror_blocker(self) -> str | None:
+        return None  # nginx's mirror, its answers read by the mirror reader
+
+    def set_mirror(self, percent: float) -> None:
+        if self.controller.split is None:
+            raise TargetError("set_mirror: no candidate was started (start_candidate)")
+        version, weight, overlap = self.controller.split[:3]
+        self.action("mirror", version=version, percent=percent)
+        self.controller.set_split(version, weight, overlap, mirror=percent)
+
+    def mirror_log(self) -> Path | None:
+        return self.gateway.mirror_log
 
     def end_split(self) -> None:
         if self.controller.split is not None:

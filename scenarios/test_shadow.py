@@ -1,0 +1,170 @@
+"""Shadow: the gateway copies a share of the requests (shadow.percent) to a candidate for a
+window (shadow.window_s) and discards the candidate's answers, as a Gateway API
+HTTPRoute's RequestMirror filter does; no user ever gets an answer from it. The candidate
+has ceil(share x replicas) replicas, so each of its replicas carries what a baseline
+replica does; its golden answers are asked directly before the mirror starts.
+
+Judged: no stream a user received came from the candidate (every record traced to its
+pod); the candidate served what was mirrored to it (the gateway's log of each mirrored
+request, and the candidate engines' own counters: a mirrored request it refused, failed
+or aborted is named); and its TTFT and inter-token latency under that load against the
+baseline's, from the engines' own histograms over the window. The candidate is removed at
+the end, whatever was found: a shadow never promotes.
+"""
+
+import time
+
+import pytest
+
+from harness import canary, checks
+from harness.gateway_logs import read_access_log
+from harness.histograms import ITL, TTFT, added, buckets, increase
+from harness.weights import candidate_replicas
+
+
+@pytest.mark.shadow
+def test_shadow(scenario):
+    cfg, target = scenario.cfg.shadow, scenario.target
+    version = cfg.version or scenario.cfg.next_version
+    scenario.require("mirror requests at the gateway", target.mirror_blocker())
+    prompts = canary.load_prompts(cfg.prompts)
+    engine = dict(cfg.engine)
+    if cfg.mode == "same" and target.name == "local" and scenario.cfg.engine.kind == "sim":
+        # an engine upgrade keeps the weights: the simulator answers from them, not its version
+        engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
+    replicas = candidate_replicas(cfg.percent, scenario.cfg.replicas)
+    scenario.require_gpus(replicas)
+    key = "shadow.version" if cfg.version else ""
+    scenario.require_candidate(version, dict(cfg.engine), key)
+
+    # steady state, and the baseline's answers from one of its replicas
+    scenario.steady_state()
+    baseline_pod = target.ready_pods()[0]
+    baseline = scenario.ask(baseline_pod, prompts)
+
+    # the candidate: its replicas, given no traffic; its answers asked directly
+    target.start_candidate(version, engine, cfg.stable_selects_candidate)
+    target.scale_candidate(replicas)
+    ready = scenario.wait_for(
+        lambda: (
+            [p for p in target.ready_pods() if p.version == version][:replicas]
+            if sum(p.version == version for p in target.ready_pods()) >= replicas
+            else None
+        ),
+        cfg.ready_s,
+        f"{replicas} replicas of {version} ready",
+    )
+    if not ready:
+        scenario.inconclusive(
+            f"{replicas} replicas of {version} were not ready within shadow.ready_s "
+            f"({cfg.ready_s:g} s)",
+            stage="disruption",
+        )
+    golden = canary.compare(
+        prompts, baseline, scenario.ask(ready[0], prompts), cfg.mode, cfg.min_agreement
+    )
+
+    # the mirror, for the window; the engines' histograms read before and after
+    pods = [p.name for p in target.ready_pods()]
+    before = {name: target.pod_metrics(name) for name in pods}
+    started = mirrored_at(scenario, cfg.percent)
+    scenario.hold(cfg.window_s, f"{cfg.percent:g}% of the requests mirrored to {version}")
+    ended = mirrored_at(scenario, 0)
+    scenario.wait_for(
+        lambda: all(
+            target.pod_metrics(p.name).get("vllm:num_requests_running", 0) == 0 for p in ready
+        ),
+        cfg.idle_s,
+        f"{version} to finish the mirrored requests",
+    )
+    after = {name: target.pod_metrics(name) for name in pods}
+    log = target.mirror_log()
+    lines = read_access_log(log)[0] if log is not None else []
+
+    # the candidate removed, the routes as they were
+    target.rollback_canary()
+    scenario.wait_rollout()
+    target.end_split()
+    scenario.wait_recovered()
+    scenario.cool_down()
+
+    candidate = {p.name for p in ready}
+    scenario.extras["shadow"] = {
+        "version": version,
+        "percent": cfg.percent,
+        "window": [started, ended],
+        "candidate_pods": sorted(candidate),
+        "golden": golden.to_dict() | {"baseline_pod": baseline_pod.name},
+        "mirrored": [
+            {
+                "request_id": g.request_id,
+                "status": g.status,
+                "upstream_status": g.upstream_status,
+                "upstream_addr": g.upstream_addr,
+                "request_time_s": g.request_time_s,
+                "end_t": g.end_t,
+            }
+            for g in lines
+        ],
+        "candidate_finished": finished(before, after, candidate),
+        "histograms": {
+            side: {family: window_histogram(before, after, names, family) for family in (TTFT, ITL)}
+            for side, names in (("baseline", set(pods) - candidate), ("candidate", candidate))
+        },
+        "min_samples": cfg.min_samples,
+    }
+    result = scenario.extras["shadow"]
+    scenario.judge(
+        checks.shadow_not_leaked(result),
+        checks.shadow_served(result),
+        checks.shadow_candidate(result),
+    )
+
+
+def mirrored_at(scenario, percent: float) -> float:
+    """Set the mirror to `percent` and return when the gateway applied it."""
+    target = scenario.target
+    asked = time.time()
+    target.set_mirror(percent)
+    applied = scenario.wait_for(
+        lambda: next(
+            (
+                e.t
+                for e in target.events()
+                if e.kind == "gateway_updated"
+                and e.t >= asked
+                and (e.detail.get("split") or {}).get("mirror") == percent
+            ),
+            None,
+        ),
+        30.0,
+        f"the gateway to mirror {percent:g}% of the requests",
+    )
+    if applied is None:
+        scenario.inconclusive(
+            f"the gateway did not apply a mirror of {percent:g}% within 30 s", stage="disruption"
+        )
+    return applied
+
+
+def finished(before: dict, after: dict, pods: set[str]) -> dict[str, int]:
+    """The candidate engines' own count of the requests they finished in the window, by
+    finished_reason (vllm:request_success_total)."""
+    key = "vllm:request_success_total["
+    out: dict[str, int] = {}
+    for pod in pods:
+        for k, v in after.get(pod, {}).items():
+            if k.startswith(key):
+                reason = k[len(key) : -1]
+                grew = v - before.get(pod, {}).get(k, 0.0)
+                out[reason] = out.get(reason, 0) + int(round(grew if grew >= 0 else v))
+    return {r: n for r, n in sorted(out.items()) if n}
+
+
+def window_histogram(before: dict, after: dict, pods: set[str], family: str) -> list:
+    """One side's histogram over the window: each pod's increase, summed."""
+    total: list = []
+    for pod in pods:
+        grew = increase(buckets(before.get(pod, {}), family), buckets(after.get(pod, {}), family))
+        total = added(total, grew)
+    return [[bound if bound != float("inf") else "+Inf", n] for bound, n in total]
