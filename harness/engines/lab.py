@@ -98,8 +98,7 @@ def engine_command(
     if kind == "vllm":
         extra = ("--max-num-queued-reqs", str(max_num_queued_reqs)) if max_num_queued_reqs else ()
         extra += ("--enable-log-requests",) if log_requests else ()
-        # LoRA adapters loaded at run time: rank 8 (build_model.py's), two at a time
-        extra += ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "2") if lora else ()
+        extra += vllm.LORA_FLAGS if lora else ()
         cmd = vllm.serve_command(
             "127.0.0.1",
             port,
@@ -111,8 +110,7 @@ def engine_command(
             extra=extra,
             eager=True,
         )
-        runtime_lora = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if lora else {}
-        return cmd, dict(os.environ, **vllm.serve_env(core), **runtime_lora)
+        return cmd, dict(os.environ, **vllm.serve_env(core), **(vllm.LORA_ENV if lora else {}))
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]
     cmd += ["--model", MODEL, "--max-num-seqs", str(max_num_seqs)]
     cmd += ["--max-model-len", str(MAX_MODEL_LEN)]

@@ -124,6 +124,12 @@ def serve_command(
     ]
 
 
+# LoRA adapters loaded at run time: rank 8 (build_model.py's), two at a time; the
+# environment variable that opens /v1/load_lora_adapter and /v1/unload_lora_adapter
+LORA_FLAGS = ("--enable-lora", "--max-lora-rank", "8", "--max-loras", "2")
+LORA_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
 def serve_env(core: int | None = None) -> dict[str, str]:
     """The server's environment. vLLM's CPU backend binds its engine core to CPU 0 unless
     told otherwise (measured: every server on this machine chose core 0), so servers

@@ -513,6 +513,7 @@ def engine_command(engine, core: int = 0) -> tuple[list[str], dict | None]:
         return sim_command(engine), None
     from harness.engines import vllm
 
+    lora = getattr(engine, "runtime_lora", False)
     command = vllm.serve_command(
         engine.host,
         engine.port,
@@ -520,5 +521,6 @@ def engine_command(engine, core: int = 0) -> tuple[list[str], dict | None]:
         engine.model,
         shutdown_timeout_s=engine.shutdown_timeout_s,
         max_num_seqs=engine.max_num_seqs,
+        extra=vllm.LORA_FLAGS if lora else (),
     )
-    return command, vllm.serve_env(core)
+    return command, vllm.serve_env(core) | (vllm.LORA_ENV if lora else {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import zlib
 from pathlib import Path
 
 import httpx
@@ -337,17 +338,23 @@ class LocalTarget(Target):
             raise TargetError(str(exc)) from None
 
     def adapter_blocker(self) -> str | None:
-        if self.cfg.engine.kind != "sim":
-            return (
-                "the local target starts real vLLM without --enable-lora, and its adapters "
-                "are not wired to adapter.path yet: run adapter_rollout with the simulator"
-            )
         if not self.cfg.engine.runtime_lora:
             return (
                 "the engines do not load adapters at run time: set engine.runtime_lora=true "
                 "(vLLM: --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
             )
         return None
+
+    def load_adapter(self, pod: str, name: str, path: str, inplace: bool = False) -> None:
+        """As every target loads one; a real engine here loads the adapter built for the
+        local model under that path (harness.engines.vllm.adapter_dir, one per path, built
+        on first use): adapter.path/<version> names weights of its own."""
+        if self.cfg.engine.kind == "vllm":
+            from harness.engines import vllm
+
+            model = vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)
+            path = str(vllm.adapter_dir(model, 1 + zlib.crc32(path.encode()) % 9999))
+        super().load_adapter(pod, name, path, inplace)
 
     def node_loss_blocker(self) -> str | None:
         return None  # its nodes' pods freeze and their ports fall silent (controller)
