@@ -578,6 +578,16 @@ class Scenario:
             asked = list(pool.map(lambda pod: self.ask(pod, prompts, model), pods))
         return {pod.name: answers for pod, answers in zip(pods, asked, strict=True)}
 
+    def candidate_engine(self, section) -> dict:
+        """The candidate's engine settings (a canary section's `engine`). An engine upgrade
+        on the same weights (mode same) keeps them: the simulator answers from its
+        weights, not its version, so the local simulator's candidate is given the
+        baseline's."""
+        engine = dict(section.engine)
+        if section.mode == "same" and self.target.name == "local" and self.cfg.engine.kind == "sim":
+            engine = {"weights": self.cfg.engine.weights or self.cfg.version} | engine
+        return engine
+
     def require_candidate(self, version: str, engine: dict | None = None, key: str = "") -> None:
         """Before acting: a one-line config error when a rollout to `version` would not meet
         a new candidate (its version is the baseline's; on a cluster, an image and engine

@@ -69,6 +69,16 @@ def windows(events: Sequence[Event], t_end: float) -> list[Window]:
     return out
 
 
+def split_applied(events: Sequence[Event], key: str, value: float, since: float) -> float | None:
+    """When the gateway applied a split whose `key` (percent, mirror) is `value`, at or
+    after `since` (its own gateway_updated event); None while it has not."""
+    for e in events:
+        if e.kind == "gateway_updated" and e.t >= since:
+            if (e.detail.get("split") or {}).get(key) == value:
+                return e.t
+    return None
+
+
 def _good(r: StreamRecord, ttft_slo_s: float | None) -> bool:
     if r.outcome != Outcome.COMPLETE:
         return False

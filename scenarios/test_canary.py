@@ -22,10 +22,7 @@ def test_canary(scenario):
     cfg = scenario.cfg.canary
     version = cfg.version or scenario.cfg.next_version
     prompts = canary.load_prompts(cfg.prompts)
-    engine = dict(cfg.engine)
-    if cfg.mode == "same" and scenario.target.name == "local" and scenario.cfg.engine.kind == "sim":
-        # an engine upgrade keeps the weights: the simulator answers from them, not its version
-        engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
+    engine = scenario.candidate_engine(cfg)
 
     scenario.require_gpus(1)  # the canary replica needs a GPU of its own
     # a config error if the candidate is the baseline (its version, or on a cluster its image)

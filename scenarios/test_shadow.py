@@ -19,7 +19,7 @@ import pytest
 from harness import canary, checks
 from harness.gateway_logs import read_access_log
 from harness.histograms import ITL, TTFT, added, buckets, increase
-from harness.weights import candidate_replicas
+from harness.weights import candidate_replicas, split_applied
 
 
 @pytest.mark.shadow
@@ -28,10 +28,7 @@ def test_shadow(scenario):
     version = cfg.version or scenario.cfg.next_version
     scenario.require("mirror requests at the gateway", target.mirror_blocker())
     prompts = canary.load_prompts(cfg.prompts)
-    engine = dict(cfg.engine)
-    if cfg.mode == "same" and target.name == "local" and scenario.cfg.engine.kind == "sim":
-        # an engine upgrade keeps the weights: the simulator answers from them, not its version
-        engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
+    engine = scenario.candidate_engine(cfg)
     replicas = candidate_replicas(cfg.percent, scenario.cfg.replicas)
     scenario.require_gpus(replicas)
     key = "shadow.version" if cfg.version else ""
@@ -127,16 +124,7 @@ def mirrored_at(scenario, percent: float) -> float:
     asked = time.time()
     target.set_mirror(percent)
     applied = scenario.wait_for(
-        lambda: next(
-            (
-                e.t
-                for e in target.events()
-                if e.kind == "gateway_updated"
-                and e.t >= asked
-                and (e.detail.get("split") or {}).get("mirror") == percent
-            ),
-            None,
-        ),
+        lambda: split_applied(target.events(), "mirror", percent, asked),
         30.0,
         f"the gateway to mirror {percent:g}% of the requests",
     )

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from harness import canary, checks
-from harness.weights import Step, Window, candidate_replicas, judge_step
+from harness.weights import Step, Window, candidate_replicas, judge_step, split_applied
 
 POLL_S = 1.0  # a step's streams are counted this often once its shortest window has passed
 
@@ -28,10 +28,7 @@ def test_weighted_canary(scenario):
     version = cfg.version or scenario.cfg.next_version
     scenario.require("split traffic by weight at the gateway", target.weight_blocker())
     prompts = canary.load_prompts(cfg.prompts)
-    engine = dict(cfg.engine)
-    if cfg.mode == "same" and target.name == "local" and scenario.cfg.engine.kind == "sim":
-        # an engine upgrade keeps the weights: the simulator answers from them, not its version
-        engine = {"weights": scenario.cfg.engine.weights or scenario.cfg.version} | engine
+    engine = scenario.candidate_engine(cfg)
     scenario.require_gpus(1)  # the candidate's first replica
     key = "weighted_canary.version" if cfg.version else ""
     scenario.require_candidate(version, dict(cfg.engine), key)
@@ -111,16 +108,7 @@ def observe_step(scenario, version: str, percent: float):
         )
     target.set_weight(percent)
     applied = scenario.wait_for(
-        lambda: next(
-            (
-                e.t
-                for e in target.events()
-                if e.kind == "gateway_updated"
-                and e.t >= asked
-                and (e.detail.get("split") or {}).get("percent") == percent
-            ),
-            None,
-        ),
+        lambda: split_applied(target.events(), "percent", percent, asked),
         30.0,
         f"the gateway to apply a weight of {percent:g}%",
     )

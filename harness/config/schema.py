@@ -80,6 +80,18 @@ REAL_ENGINE_DEFAULTS = {
         "warm_requests": 3,
     },
     "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time
+    # a candidate's engine starts beside the loaded baseline (60-120 s); at about one
+    # answer a second through 4 streams, a step of 10% would need minutes for 10 streams
+    "canary": {"ready_s": 600},
+    "weighted_canary": {
+        "ready_s": 600,
+        "steps": [50, 100],
+        "step_s": 20,
+        "step_max_s": 300,
+        "min_samples": 10,
+    },
+    "shadow": {"ready_s": 600, "window_s": 60, "idle_s": 300, "min_samples": 10},
+    "adapter": {"step_s": 15},
 }
 
 
@@ -481,6 +493,17 @@ class AdapterRollout:
             raise ValueError("golden_prompts: at least 1")
 
 
+def _golden(section) -> None:
+    """A section's golden prompts and candidate engine, held as the canary's are."""
+    Canary(
+        version=section.version,
+        mode=section.mode,
+        min_agreement=section.min_agreement,
+        prompts=section.prompts,
+        engine=section.engine,
+    ).validate()
+
+
 @dataclass
 class WeightedCanary:
     """weighted_canary: a candidate version given a share of the traffic at the gateway in
@@ -519,13 +542,7 @@ class WeightedCanary:
             )
         if self.min_samples < 5:
             raise ValueError(f"min_samples: at least 5, not {self.min_samples}")
-        Canary(
-            version=self.version,
-            mode=self.mode,
-            min_agreement=self.min_agreement,
-            prompts=self.prompts,
-            engine=self.engine,
-        ).validate()
+        _golden(self)
 
 
 @dataclass
@@ -556,13 +573,7 @@ class Shadow:
             raise ValueError("window_s and idle_s must be above 0")
         if self.min_samples < 5:
             raise ValueError(f"min_samples: at least 5, not {self.min_samples}")
-        Canary(
-            version=self.version,
-            mode=self.mode,
-            min_agreement=self.min_agreement,
-            prompts=self.prompts,
-            engine=self.engine,
-        ).validate()
+        _golden(self)
 
 
 @dataclass
