@@ -283,6 +283,9 @@ class Shared:
     preemptor: dict | None = None
     # node_loss: the node stopped and not yet brought back; NodeLoss writes and clears it
     lost_node: str | None = None
+    # weighted_canary, shadow: the HTTPRoute rule's backendRefs and filters before the
+    # first change (harness.cluster.kube.route.Route.snapshot); the restore puts them back
+    route: dict | None = None
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

@@ -42,7 +42,7 @@ class Restore:
         note = json.dumps(
             self.s.original
             | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held, "preemptor": self.s.preemptor}
-            | {"lost_node": self.s.lost_node}
+            | {"lost_node": self.s.lost_node, "route": self.s.route}
         )
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
@@ -54,6 +54,17 @@ class Restore:
                 done.append(f"HorizontalPodAutoscaler {name} as it was")
             del self.s.hpa_held[name]
         return done
+
+    def put_back_route(self) -> list[str]:
+        """The HTTPRoute rule's weights and filters as recorded (weighted_canary, shadow)."""
+        record = self.s.route
+        if not record:
+            return []
+        from harness.cluster.kube.route import route_of
+
+        changed = route_of(self.c, record).put_back(record)
+        self.s.route = None
+        return [f"HTTPRoute {record['name']} rule {record['rule']} as it was"] if changed else []
 
     def remove_preemptor(self) -> list[str]:
         """preemption's pod and PriorityClass, if they are still there."""
@@ -107,6 +118,7 @@ class Restore:
             s.keda_paused.remove(so)
         done += self.put_back_hpas()
         done += self.remove_preemptor()
+        done += self.put_back_route()
         self.release()  # the count is the cluster's scalers' again
         c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         c.emit("restored", what=done)
@@ -150,6 +162,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             hpa_held=dict(orig.get("hpas", {})),
             preemptor=orig.get("preemptor"),
             lost_node=orig.get("lost_node"),
+            route=orig.get("route"),
             keda_paused=c.scaled_objects(),
         )
         try:
