@@ -83,9 +83,13 @@ def test_weights_and_mirror_change_only_the_named_rule_and_are_put_back(gateway_
     route.set_mirror(100, record["filters"])  # the API server's CEL rules accept it
     filters = route.read()["spec"]["rules"][1]["filters"]
     assert filters[0] == record["filters"][0]  # the rule's own filter kept, first
+    # as the API server stores it: the CRD's defaults filled in (group "", kind Service)
     assert filters[1] == {
         "type": "RequestMirror",
-        "requestMirror": {"backendRef": {"name": "vllm-canary", "port": 8000}, "percent": 100},
+        "requestMirror": {
+            "backendRef": {"group": "", "kind": "Service", "name": "vllm-canary", "port": 8000},
+            "percent": 100,
+        },
     }
     route.set_mirror(0, record["filters"])
     assert route.read()["spec"]["rules"][1]["filters"] == record["filters"]
