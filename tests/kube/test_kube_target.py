@@ -1324,7 +1324,7 @@ def test_a_canary_that_would_restart_the_baselines_image_is_a_config_error(
     before = deployment(kube_local, namespace).metadata.resource_version
     r, summaries = run_scenarios(
         tmp_path / "reports",
-        "canary",
+        "canary and not weighted",  # (-k canary selects weighted_canary too)
         f"kube.namespace={namespace}",
         "replicas=2",
         f"kube.gateway_url={ingress.url}",
