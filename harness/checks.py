@@ -2238,6 +2238,7 @@ def shadow_candidate(result: dict) -> Check:
 
     def check(d: RunData) -> CheckResult:
         from harness.histograms import ITL, TTFT, compare, count, quantile
+        from harness.weights import ms_text
 
         name = "shadow_candidate"
         version = result["version"]
@@ -2266,7 +2267,7 @@ def shadow_candidate(result: dict) -> Check:
             base, cand = hist("baseline", family), hist("candidate", family)
             change, how = compare(base, cand, result["min_samples"])
             mb, mc = quantile(base, 0.5), quantile(cand, 0.5)
-            text = f"{label} median {_ms_or_none(mc)} against {_ms_or_none(mb)} ({how})"
+            text = f"{label} median {ms_text(mc)} against {ms_text(mb)} ({how})"
             said.append(text)
             if change == "worse":
                 worse.append(text)
@@ -2299,7 +2300,3 @@ def shadow_candidate(result: dict) -> Check:
         )
 
     return check
-
-
-def _ms_or_none(seconds: float | None) -> str:
-    return "unknown" if seconds is None else f"{seconds * 1000:.0f} ms"

@@ -12,6 +12,7 @@ max(10 percentage points, 3 binomial standard deviations) of the weight).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -206,7 +207,7 @@ def judge_step(
         }
         if change == "worse":
             step.reasons.append(
-                f"{label} median {_ms(_median(c))} against the baseline's {_ms(_median(b))} "
+                f"{label} median {ms_text(_median(c))} against the baseline's {ms_text(_median(b))} "
                 f"({said})"
             )
         elif said.startswith("cannot tell"):
@@ -215,12 +216,9 @@ def judge_step(
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    return statistics.median(values) if values else None
 
 
-def _ms(seconds: float | None) -> str:
+def ms_text(seconds: float | None) -> str:
+    """A latency in whole milliseconds, or "unknown" (the checks' and report's text)."""
     return "unknown" if seconds is None else f"{seconds * 1000:.0f} ms"

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from harness import canary, checks
+from harness.engine_counts import EngineCounts
 from harness.gateway_logs import read_access_log
 from harness.histograms import ITL, TTFT, added, buckets, increase
 from harness.weights import candidate_replicas, split_applied
@@ -103,7 +104,7 @@ def test_shadow(scenario):
             }
             for g in lines
         ],
-        "candidate_finished": finished(before, after, candidate),
+        "candidate_finished": finished(before, after, candidate, started),
         "histograms": {
             side: {family: window_histogram(before, after, names, family) for family in (TTFT, ITL)}
             for side, names in (("baseline", set(pods) - candidate), ("candidate", candidate))
@@ -135,18 +136,16 @@ def mirrored_at(scenario, percent: float) -> float:
     return applied
 
 
-def finished(before: dict, after: dict, pods: set[str]) -> dict[str, int]:
+def finished(before: dict, after: dict, pods: set[str], since: float) -> dict[str, int]:
     """The candidate engines' own count of the requests they finished in the window, by
-    finished_reason (vllm:request_success_total)."""
-    key = "vllm:request_success_total["
-    out: dict[str, int] = {}
+    finished_reason (vllm:request_success_total's increase from the read before it,
+    across a restart: harness.engine_counts)."""
+    counts = EngineCounts(t_start=since)
     for pod in pods:
-        for k, v in after.get(pod, {}).items():
-            if k.startswith(key):
-                reason = k[len(key) : -1]
-                grew = v - before.get(pod, {}).get(k, 0.0)
-                out[reason] = out.get(reason, 0) + int(round(grew if grew >= 0 else v))
-    return {r: n for r, n in sorted(out.items()) if n}
+        for metrics in (before.get(pod, {}), after.get(pod, {})):
+            # created_at 0: a pod there before the window, its counts so far not the window's
+            counts.sample(since, pod, 0.0, metrics)
+    return counts.finished()
 
 
 def window_histogram(before: dict, after: dict, pods: set[str], family: str) -> list:

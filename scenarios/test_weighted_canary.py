@@ -17,7 +17,14 @@ import time
 import pytest
 
 from harness import canary, checks
-from harness.weights import Step, Window, candidate_replicas, judge_step, split_applied
+from harness.weights import (
+    Step,
+    Window,
+    candidate_replicas,
+    judge_step,
+    split_applied,
+    windows,
+)
 
 POLL_S = 1.0  # a step's streams are counted this often once its shortest window has passed
 
@@ -124,7 +131,7 @@ def observe_step(scenario, version: str, percent: float):
     while True:
         records = scenario.traced_so_far()
         if reference is None:  # the baseline before any traffic moved (a step at 100%)
-            first = min((s for s in _applied_steps(target.events())), default=applied)
+            first = windows(target.events(), time.time())[0].start  # this one, at the latest
             reference = [r for r in records if r.sent_at < first]
         step = judge_step(
             Window(percent, applied, time.time()),
@@ -137,12 +144,3 @@ def observe_step(scenario, version: str, percent: float):
         if step.candidate >= cfg.min_samples or time.time() - applied >= cfg.step_max_s:
             return step
         scenario.load.hold(POLL_S, f"{percent:g}% on {version}")
-
-
-def _applied_steps(events) -> list[float]:
-    """When the gateway first applied a weight above 0."""
-    return [
-        e.t
-        for e in events
-        if e.kind == "gateway_updated" and ((e.detail.get("split") or {}).get("percent") or 0) > 0
-    ]

@@ -24,6 +24,7 @@ from harness.progress import clock
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.verdict import overall as session_verdict
+from harness.weights import ms_text
 
 COLORS = {
     "complete": "#2e7d32",
@@ -501,7 +502,7 @@ def _weighted_section(w: dict | None) -> str:
             shown += f" (±{tol * 100:.0f} points)"
         ttft = (step.get("compared") or {}).get("TTFT") or {}
         medians = (
-            f"{_ms_or(ttft.get('baseline_median_s'))} / {_ms_or(ttft.get('candidate_median_s'))}"
+            f"{ms_text(ttft.get('baseline_median_s'))} / {ms_text(ttft.get('candidate_median_s'))}"
         )
         why = "; ".join((step.get("reasons") or []) + (step.get("unknown") or []))
         status = str(step.get("status", ""))
@@ -545,7 +546,7 @@ def _shadow_section(sh: dict | None) -> str:
     rows = "".join(
         f"<tr><td>{_e(label)}</td>"
         + "".join(
-            f"<td class=num>{_e(_ms_or(quantile(hist(side, family), q)))}</td>"
+            f"<td class=num>{_e(ms_text(quantile(hist(side, family), q)))}</td>"
             for side in ("baseline", "candidate")
             for q in (0.5, 0.9)
         )
@@ -569,10 +570,6 @@ def _shadow_section(sh: dict | None) -> str:
         "<th>candidate median</th><th>candidate p90</th><th>baseline observations</th>"
         f"<th>candidate observations</th></tr>{rows}</table>"
     )
-
-
-def _ms_or(seconds) -> str:
-    return "unknown" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def _profile_note(c: dict, b: dict, k: dict) -> str:

@@ -19,6 +19,7 @@ from tests.test_report import CHROMIUM, browser_check
 
 LONG = "load.max_tokens=[{tokens: 200}]"  # every answer ~4 s: streams surely in flight
 SHORT_ANSWERS = "load.max_tokens=[{tokens: 8}]"  # ~0.2 s each: many streams a second
+CANARY = "canary and not weighted"  # -k canary selects weighted_canary too
 
 
 def failed_checks(summary: dict) -> set[str]:
@@ -320,7 +321,7 @@ def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
     session = next(reports.glob("*/index.html")).parent
     pages = [session / "index.html", reports / "history.html"]
     pages += sorted(session.glob("*/report.html"))
-    assert len(pages) == 2 + len(summaries) == 16
+    assert len(pages) == 2 + len(summaries) == 18
     for page in pages:
         seen = browser_check(page, tmp_path / "page.png", "review")
         where = page.relative_to(reports)
@@ -383,7 +384,7 @@ def test_a_degraded_canary_is_caught_and_rolled_back(tmp_path, mode):
     """A bad model answers 200 at normal speed with healthy probes: every stream completes,
     and only the comparison of its answers with the baseline's fails it."""
     proc, (summary,) = run_scenarios(
-        tmp_path, "canary", "canary.engine.degraded=true", f"canary.mode={mode}"
+        tmp_path, CANARY, "canary.engine.degraded=true", f"canary.mode={mode}"
     )
     assert proc.returncode == 1 and "FAILED canary_answers" in proc.stdout, proc.stdout[-2000:]
     failed = {c["name"] for c in summary["checks"] if c["status"] == "fail"}
@@ -482,7 +483,7 @@ def test_a_candidate_that_is_the_baseline_is_a_config_error_before_acting(tmp_pa
     """A canary of the baseline's own version (with a degraded engine) was compared with
     the baseline pod itself, found by its version label: PASS, promoted, 8 of 8 identical."""
     proc, summaries = run_scenarios(
-        tmp_path, "canary", "canary.version=v1", "canary.engine.degraded=true"
+        tmp_path, CANARY, "canary.version=v1", "canary.engine.degraded=true"
     )
     assert proc.returncode != 0 and summaries == [], proc.stdout[-2000:]
     assert "canary.version is 'v1', the baseline's version (version)" in proc.stdout

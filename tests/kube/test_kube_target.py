@@ -7,12 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube import OPT_IN, RESTORE, KubeTarget
+from harness.cluster.kube.preemption import create_once_admitted
 from harness.cluster.target import EvictionRefused, TargetError
 from harness.config.schema import load_config
 from harness.dryrun import kube_target
@@ -1062,7 +1066,7 @@ def test_a_preemption_by_the_real_scheduler_drains_the_victim_and_passes(
     )  # fmt: skip
     assert replacement["t"] > acts["preemptor_gone"]["t"], preemption_timeline(events, acts)
     prio = client.SchedulingV1Api(kube_local.api).list_priority_class().items
-    assert not [p for p in prio if p.metadata.name.startswith("rollcheck-preemptor")]
+    assert not [p for p in prio if p.metadata.name.startswith(f"rollcheck-preemptor-{namespace}-")]
     pods = client.CoreV1Api(kube_local.api).list_namespaced_pod(namespace).items
     assert not [p for p in pods if "preemptor" in p.metadata.name]
 
@@ -1082,6 +1086,57 @@ def test_a_preemption_past_the_pdb_is_named_and_fails(kube_local, namespace, dep
     assert summary["verdict"] == "fail", (not_passing(summary), r.stdout[-2000:])
     (pdb,) = [c for c in summary["checks"] if c["name"] == "preemption_respects_pdb"]
     assert pdb["status"] == "fail" and "rollcheck-sim allowed 0" in pdb["observed"], pdb
+
+
+def test_a_pod_of_a_priority_class_the_admission_cache_has_not_seen_is_created_once_it_has(
+    kube_local, namespace
+):
+    """The preemptor's PriorityClass is made just before the pod: the API server's Priority
+    admission refuses the pod (403) until its cache holds the class, and the preemptor is
+    created once it does; a class that never comes is the API's refusal after the wait,
+    and any other refusal is raised at once."""
+    core = client.CoreV1Api(kube_local.api)
+    scheduling = client.SchedulingV1Api(kube_local.api)
+    cls = f"rollcheck-late-{namespace}"
+
+    def pod(name: str, priority_class: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "priorityClassName": priority_class,
+                "nodeSelector": {"rollcheck.test/nowhere": "true"},  # stays Pending
+                "containers": [{"name": "c", "image": "pause"}],
+            },
+        }
+
+    def make_class() -> None:
+        time.sleep(1.5)
+        scheduling.create_priority_class(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+             "metadata": {"name": cls}, "value": 7}
+        )  # fmt: skip
+
+    maker = threading.Thread(target=make_class)
+    try:
+        maker.start()
+        t0 = time.monotonic()
+        create_once_admitted(core, namespace, pod("late", cls), wait_s=30)
+        assert time.monotonic() - t0 >= 1.4  # it was refused before the class existed
+        assert core.read_namespaced_pod("late", namespace).spec.priority == 7
+        t0 = time.monotonic()
+        with pytest.raises(ApiException) as never:
+            create_once_admitted(core, namespace, pod("never", f"{cls}-never"), wait_s=1)
+        assert never.value.status == 403 and 1 <= time.monotonic() - t0 < 10
+        t0 = time.monotonic()
+        with pytest.raises(ApiException) as bad:
+            create_once_admitted(core, namespace, pod("Not_A_Name", cls), wait_s=30)
+        assert bad.value.status == 422 and time.monotonic() - t0 < 5
+    finally:
+        maker.join()
+        core.delete_namespaced_pod("late", namespace, grace_period_seconds=0)
+        scheduling.delete_priority_class(cls)
 
 
 def test_an_interrupted_preemption_leaves_nothing_after_kube_restore(
@@ -1175,7 +1230,7 @@ def test_preemption_is_skipped_without_the_opt_in_and_nothing_is_made(
     assert "kube.allow_preemption=true" in summary["reason"], summary["reason"]
     assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
     prio = client.SchedulingV1Api(kube_local.api).list_priority_class().items
-    assert not [p for p in prio if p.metadata.name.startswith("rollcheck-preemptor")]
+    assert not [p for p in prio if p.metadata.name.startswith(f"rollcheck-preemptor-{namespace}-")]
 
 
 def node_loss_run(kube_local, namespace, ingress, folder: Path):
@@ -1324,7 +1379,7 @@ def test_a_canary_that_would_restart_the_baselines_image_is_a_config_error(
     before = deployment(kube_local, namespace).metadata.resource_version
     r, summaries = run_scenarios(
         tmp_path / "reports",
-        "canary",
+        "canary and not weighted",  # (-k canary selects weighted_canary too)
         f"kube.namespace={namespace}",
         "replicas=2",
         f"kube.gateway_url={ingress.url}",

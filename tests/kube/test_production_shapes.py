@@ -337,7 +337,7 @@ def test_a_degraded_canary_on_kube_is_judged_at_one_pod_and_rolled_back(
     ingress = deploy(kube_local, namespace, sim_objects(replicas=2, pdb_min=1))
     r, summaries = run_scenarios(
         tmp_path / "reports",
-        "canary",
+        "canary and not weighted",  # (-k canary selects weighted_canary too)
         *sets(kube_local, namespace, ingress),
         "kube.image=localhost/rollcheck/sim:{version}",
         "canary.engine.degraded=true",

@@ -15,6 +15,7 @@ restore before they are made, and removed by end() or the restore.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from kubernetes import client
@@ -35,6 +36,9 @@ ASKED = (
 )
 MAX_PRIORITY = 1_000_000_000  # user PriorityClasses stop here; above is the system's
 PREEMPTED = "PreemptionByScheduler"  # the DisruptionTarget condition's reason
+# how long a PriorityClass just made may stay unknown to the Priority admission plugin's
+# cache (seen on kube-local's API server on a busy 2-core machine: one refusal in a CI run)
+ADMISSION_CACHE_S = 15.0
 
 
 def accelerators(resources: dict) -> dict[str, int]:
@@ -61,6 +65,24 @@ def free_on_node(node: dict, pods: list[dict], names: list[str]) -> dict[str, in
             for n in names:
                 free[n] -= held.get(n, 0)
     return {n: max(0, v) for n, v in free.items()}
+
+
+def create_once_admitted(core, ns: str, pod: dict, wait_s: float = ADMISSION_CACHE_S) -> None:
+    """Create `pod`, which names a PriorityClass. The API server's Priority admission plugin
+    reads PriorityClasses from its informer's cache, so a class made a moment ago can be
+    refused (403 "no PriorityClass with name ... was found") until the cache has it: that
+    refusal is tried again for up to `wait_s`; any other is raised at once."""
+    name = pod["spec"]["priorityClassName"]
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            core.create_namespaced_pod(ns, pod)
+            return
+        except ApiException as exc:
+            unseen = exc.status == 403 and f"no PriorityClass with name {name}" in _message(exc)
+            if not unseen or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def preemptor_objects(run: str, ns: str, victim: dict, engine: str | None, image: str,
@@ -212,7 +234,7 @@ class Preemption:
         self.c.action("preempt", **detail)
         try:
             self.scheduling.create_priority_class(pc)
-            self.c.core.create_namespaced_pod(self.c.ns, preemptor)
+            create_once_admitted(self.c.core, self.c.ns, preemptor)
         except ApiException as exc:
             raise TargetError(f"making the preemptor: HTTP {exc.status} {_message(exc)}") from None
         return detail
