@@ -8,29 +8,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from kubernetes import client
 
 from harness.cluster.kube.route import GROUP, PLURAL, VERSION, Route
-from harness.cluster.kubelocal.crds import apply_crds, gateway_api_crds
 from harness.cluster.target import TargetError
 
 pytestmark = pytest.mark.kube
-
-
-class CrdError(RuntimeError):
-    pass
-
-
-@pytest.fixture(scope="module")
-def gateway_api(kube_local):
-    names = apply_crds(kube_local.api, gateway_api_crds(CrdError), CrdError)
-    assert "httproutes.gateway.networking.k8s.io" in names
-    ext = client.ApiextensionsV1Api(kube_local.api)
-    for _ in range(100):  # served once the CRD is established
-        crd = ext.read_custom_resource_definition("httproutes.gateway.networking.k8s.io")
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
-            break
-    return client.CustomObjectsApi(kube_local.api)
 
 
 def http_route(name: str) -> dict:
@@ -94,9 +76,9 @@ def test_weights_and_mirror_change_only_the_named_rule_and_are_put_back(gateway_
     route.set_mirror(0, record["filters"])
     assert route.read()["spec"]["rules"][1]["filters"] == record["filters"]
 
-    assert route.put_back(record) is True
+    assert route.put_back(record) > gen
     assert route.read()["spec"] == created["spec"]  # exactly as it was
-    assert route.put_back(record) is False  # nothing left to put back
+    assert route.put_back(record) is None  # nothing left to put back
 
 
 def test_a_route_edited_meanwhile_is_refused_not_overwritten(gateway_api, namespace):

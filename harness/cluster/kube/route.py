@@ -138,22 +138,22 @@ class Route:
             return int(self.read()["metadata"].get("generation") or 0)
         return self._patch(self._guard(rule) + ops, f"the mirror to {self.candidate}")
 
-    def put_back(self, record: dict) -> bool:
-        """The rule's backendRefs and filters as recorded; True if anything changed."""
+    def put_back(self, record: dict) -> int | None:
+        """The rule's backendRefs and filters as recorded: the route's new generation, or
+        None where nothing had changed."""
         rule = self._rule(self.read())
         if (
             rule.get("backendRefs") == record["backendRefs"]
             and rule.get("filters") == record["filters"]
         ):
-            return False
+            return None
         base = f"/spec/rules/{self.rule}"
         ops = [{"op": "replace", "path": f"{base}/backendRefs", "value": record["backendRefs"]}]
         if record["filters"] is None:
             ops += [{"op": "remove", "path": f"{base}/filters"}] if "filters" in rule else []
         else:
             ops.append({"op": "add", "path": f"{base}/filters", "value": record["filters"]})
-        self._patch(ops, "its weights and filters as they were")
-        return True
+        return self._patch(ops, "its weights and filters as they were")
 
     def accepted(self, generation: int) -> bool | None:
         """Whether every parent (Gateway) of the route has accepted it at or after
