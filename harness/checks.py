@@ -2093,6 +2093,15 @@ def weighted_candidate(result: dict) -> Check:
                 "rollback kept the damage to the step's share of the requests",
                 bad=[r for r in d.records if r.version == version and r.broken],
             )
+        live = next((s for s in result.get("steps") or [] if s.get("reasons")), None)
+        if live is not None:  # the live judgement rolled back what the final records pass
+            return inconclusive(
+                name,
+                expected=expected,
+                reason=f"rolled back at {live['percent']:g}% on the streams ended by then ("
+                + "; ".join(live["reasons"])
+                + "), which the step's final records do not confirm",
+            )
         unknown = next((s for s in steps if s.unknown), None)
         if unknown is not None:
             return inconclusive(

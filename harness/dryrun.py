@@ -180,6 +180,23 @@ class DryRunTarget(Target):
     def rollback_canary(self) -> None:
         self.action("canary_rollback")
 
+    def weight_blocker(self) -> str | None:
+        return self.inner.weight_blocker()
+
+    def start_candidate(
+        self, version: str, engine: dict | None = None, stable_selects_candidate: bool = False
+    ) -> None:
+        self.action("rollout", **canary_rollout(version, engine), weighted=True)
+
+    def scale_candidate(self, replicas: int) -> None:
+        self.action("candidate_scale", replicas=replicas)
+
+    def set_weight(self, percent: float) -> None:
+        self.action("canary_weight", percent=percent)
+
+    def end_split(self) -> None:
+        self.action("canary_weight", percent=None)
+
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self._own(name)
         self.action("evict", pod=name)

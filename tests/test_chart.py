@@ -264,3 +264,40 @@ def test_preemption_is_opt_in_and_its_roles_grant_what_it_asks():
     assert binding["roleRef"]["name"] == cluster["metadata"]["name"]
     (cm,) = objects_of(docs, "ConfigMap")
     assert yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]["allow_preemption"] is True
+
+
+def test_the_weighted_canarys_route_is_granted_by_name_and_reaches_the_config():
+    """target.route: the HTTPRoute and the two Services by name, the candidate Deployment
+    by its name (create takes none), and kube.route etc. in the config; without it, none."""
+    from harness.cluster.kube.split import asked
+    from harness.config.schema import Kube
+
+    def role(docs) -> dict:
+        return next(r for r in objects_of(docs, "Role") if r["metadata"]["name"] == "rollcheck")
+
+    plain = role(render(TARGET))
+    assert not granted(plain["rules"], "patch", "gateway.networking.k8s.io", "httproutes", "chat")
+    route = {
+        "target.route.name": "chat",
+        "target.route.rule": "1",
+        "target.route.stableService": "vllm-stable",
+        "target.route.candidateService": "vllm-canary",
+    }
+    docs = render({**TARGET, **route})
+    rules = role(docs)["rules"]
+    k = Kube(
+        deployment="vllm",
+        route="chat",
+        route_rule=1,
+        stable_service="vllm-stable",
+        candidate_service="vllm-canary",
+    )
+    for verb, resource, group, name in asked(k):
+        assert granted(rules, verb, group, resource, name), (verb, resource, name)
+    # by name only: another route, Service or Deployment is not granted
+    assert not granted(rules, "patch", "gateway.networking.k8s.io", "httproutes", "other")
+    assert not granted(rules, "delete", "apps", "deployments", "vllm")
+    (cm,) = objects_of(docs, "ConfigMap")
+    kube = yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]
+    assert (kube["route"], kube["route_rule"]) == ("chat", 1)
+    assert (kube["stable_service"], kube["candidate_service"]) == ("vllm-stable", "vllm-canary")

@@ -158,6 +158,12 @@ def test_the_checks_judge_every_step_again_on_the_final_records():
     assert status(said) == "fail" and said.observed.startswith("at 10%: TTFT median")
     assert said.observed.endswith("; rolled back at 10%")
 
+    # rolled back live on a step the final records pass: not a PASS
+    live = weighted_result("rolled back at 10%")
+    live["steps"] = [{"percent": 10, "reasons": ["TTFT median 90 ms against 50 ms"]}]
+    said = C.weighted_candidate(live)(good)
+    assert status(said) == "inconclusive" and "do not confirm" in said.reason
+
     off = data(mixed(300, 2), events, t_end=60.0)
     said = C.weighted_split(result)(off)
     assert status(said) == "fail" and "off by more than" in said.observed

@@ -401,8 +401,23 @@ class Kube:
     # script of yours. `rollcheck kube-local` prints its own. Unset: node_loss is SKIPPED
     node_loss_command: list[str] = field(default_factory=list)
     node_return_command: list[str] = field(default_factory=list)
+    # weighted_canary and shadow on a cluster: the Gateway API HTTPRoute the gateway serves
+    # the model by (in kube.namespace), the rule (its index) whose backendRefs name the
+    # stable and the candidate Service; rollcheck changes only that rule's weights for
+    # those two backends and its RequestMirror filter, and puts them back
+    route: str | None = None
+    route_rule: int = 0
+    stable_service: str | None = None
+    candidate_service: str | None = None
 
     def validate(self) -> None:
+        if self.route and not (self.stable_service and self.candidate_service):
+            raise ValueError(
+                "kube.route needs kube.stable_service and kube.candidate_service: the two "
+                "Services its rule's backendRefs name"
+            )
+        if self.route_rule < 0:
+            raise ValueError(f"kube.route_rule is an index, at least 0, not {self.route_rule}")
         for key in ("node_loss_command", "node_return_command"):
             for arg in getattr(self, key):
                 try:

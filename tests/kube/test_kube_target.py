@@ -573,6 +573,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     assert len(summaries) == 13, sorted(summaries)
     assert summaries["test_adapter_rollout"]["verdict"] == "skipped"
     assert summaries["test_weighted_canary"]["verdict"] == "skipped"
+    assert "set kube.route" in summaries["test_weighted_canary"]["reason"]
     verdicts = {name: s["verdict"] for name, s in summaries.items()}
     assert set(verdicts.values()) <= {"pass", "fail", "inconclusive", "skipped"}, verdicts
     # no node-drain permission given: skipped, with why; the four the kube target is

@@ -51,6 +51,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $_ := set $kube "gateway_pods_container" .Values.rbac.gatewayLogs.container -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.target.route -}}
+{{- if .name -}}
+{{- $_ := set $kube "route" .name -}}
+{{- $_ := set $kube "route_rule" (int .rule) -}}
+{{- $_ := set $kube "stable_service" .stableService -}}
+{{- $_ := set $kube "candidate_service" .candidateService -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $config "kube" (mergeOverwrite (deepCopy (get $config "kube" | default dict)) $kube) -}}
 {{- $load := deepCopy (get $config "load" | default dict) -}}
 {{- if .Values.target.apiKeySecret.name -}}

@@ -70,14 +70,14 @@ class Actions:
         self.c.action("rollout", to_version=version, engine=engine or {}, **changes)
         self.restore.mark_pending()
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
-        body = self._rollout_body(dep, version, engine, max_surge, max_unavailable)
+        body = self.rollout_body(dep, version, engine, max_surge, max_unavailable)
         if min_ready_s is not None:
             body["spec"]["minReadySeconds"] = int(min_ready_s)
         self.rolling = self.scaling.rolling = True
         self.c.emit("rollout_started", version=version)
         self.c.patch_deployment(body)
 
-    def _rollout_body(self, dep, version, engine, max_surge, max_unavailable) -> dict:
+    def rollout_body(self, dep, version, engine, max_surge, max_unavailable) -> dict:
         """The patch that rolls the Deployment to `version` (its engine container's image
         when kube.image is set, its args for `engine`, the version label, a restart
         annotation) with the strategy's changes."""
@@ -132,7 +132,7 @@ class Actions:
             "template": self.c.api.sanitize_for_serialization(dep.spec.template),
             "minReadySeconds": dep.spec.min_ready_seconds or 0,
         }
-        body = self._rollout_body(dep, version, engine, act["max_surge"], act["max_unavailable"])
+        body = self.rollout_body(dep, version, engine, act["max_surge"], act["max_unavailable"])
         # the candidate is not "available" for as long as the API allows, so the controller
         # takes no step past it before the pause lands (seconds after its pod is made)
         deadline = dep.spec.progress_deadline_seconds or DEFAULT_PROGRESS_DEADLINE_S

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 OPT_IN = "rollcheck.io/allow-chaos"
 RESTORE = "rollcheck.io/restore-pending"
+# on a weighted canary's candidate pods (harness.cluster.kube.split): the Deployment's name
+CANDIDATE_LABEL = "rollcheck.io/candidate-of"
 GPU = "nvidia.com/gpu"
 KEDA_PAUSE = "autoscaling.keda.sh/paused-replicas"
 # KEDA reads its triggers and may scale out, but does not scale in (KEDA >= 2.16)
@@ -39,6 +41,11 @@ def _ts(value) -> float:
     if isinstance(value, datetime.datetime):
         return value.timestamp()
     return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def is_candidate(pod) -> bool:
+    """Whether the pod is a weighted canary's candidate (by its label)."""
+    return CANDIDATE_LABEL in (pod.metadata.labels or {})
 
 
 def _ready(obj) -> bool:
@@ -283,6 +290,11 @@ class Shared:
     preemptor: dict | None = None
     # node_loss: the node stopped and not yet brought back; NodeLoss writes and clears it
     lost_node: str | None = None
+    # weighted_canary, shadow: the HTTPRoute rule's backendRefs and filters before the
+    # first change (harness.cluster.kube.route.Route.snapshot); the restore puts them back
+    route: dict | None = None
+    # weighted_canary: the candidate Deployment made (its name) until it is deleted
+    candidate: str | None = None
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

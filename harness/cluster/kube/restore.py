@@ -11,6 +11,8 @@ from kubernetes.client.rest import ApiException
 from harness.cluster.kube.common import RESTORE, Cluster, Shared, _message, connect
 from harness.cluster.kube.nodeloss import NodeLoss
 from harness.cluster.kube.preemption import Preemption
+from harness.cluster.kube.route import route_of
+from harness.cluster.kube.split import WeightedSplit
 from harness.cluster.target import TargetError
 from harness.config.schema import RunConfig
 from harness.events import EventLog
@@ -42,7 +44,7 @@ class Restore:
         note = json.dumps(
             self.s.original
             | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held, "preemptor": self.s.preemptor}
-            | {"lost_node": self.s.lost_node}
+            | {"lost_node": self.s.lost_node, "route": self.s.route, "candidate": self.s.candidate}
         )
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
@@ -55,13 +57,29 @@ class Restore:
             del self.s.hpa_held[name]
         return done
 
+    def put_back_route(self) -> list[str]:
+        """The HTTPRoute rule's weights and filters as recorded (weighted_canary, shadow)."""
+        record = self.s.route
+        if not record:
+            return []
+        changed = route_of(self.c, record).put_back(record) is not None
+        self.s.route = None
+        return [f"HTTPRoute {record['name']} rule {record['rule']} as it was"] if changed else []
+
+    def remove_candidate(self) -> list[str]:
+        """weighted_canary's candidate Deployment, if it is still there (after the route
+        no longer sends it traffic)."""
+        split = WeightedSplit(self.c, self.s, self.mark_pending, lambda selector: None)
+        return [f"removed {what}" for what in split.remove_candidate()]
+
     def remove_preemptor(self) -> list[str]:
         """preemption's pod and PriorityClass, if they are still there."""
         return [f"removed {what}" for what in Preemption(self.c, self.s, self.mark_pending).end()]
 
     def restore(self) -> list[str]:
         """Bring back a lost node; put back replicas, the pod template, the strategy,
-        cordons, KEDA pauses and the HPAs held; remove a preemptor."""
+        cordons, KEDA pauses, the HPAs held and an HTTPRoute's rule; remove a preemptor and
+        a weighted canary's candidate Deployment."""
         c, s = self.c, self.s
         done: list[str] = []
         done += NodeLoss(c, s, self.mark_pending, list).back()  # a lost node first of all
@@ -107,6 +125,8 @@ class Restore:
             s.keda_paused.remove(so)
         done += self.put_back_hpas()
         done += self.remove_preemptor()
+        done += self.put_back_route()
+        done += self.remove_candidate()
         self.release()  # the count is the cluster's scalers' again
         c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         c.emit("restored", what=done)
@@ -150,6 +170,8 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             hpa_held=dict(orig.get("hpas", {})),
             preemptor=orig.get("preemptor"),
             lost_node=orig.get("lost_node"),
+            route=orig.get("route"),
+            candidate=orig.get("candidate"),
             keda_paused=c.scaled_objects(),
         )
         try:

@@ -14,15 +14,23 @@ from pathlib import Path
 from kubernetes import client
 
 from harness.cluster.kube.actions import Actions
-from harness.cluster.kube.common import Cluster, Shared, connect, engine_of, prestop_s
+from harness.cluster.kube.common import (
+    CANDIDATE_LABEL,
+    Cluster,
+    Shared,
+    connect,
+    engine_of,
+    prestop_s,
+)
 from harness.cluster.kube.nodeloss import NodeLoss
 from harness.cluster.kube.pods import PodAccess
 from harness.cluster.kube.preemption import Preemption
 from harness.cluster.kube.preflight import Preflight
 from harness.cluster.kube.restore import Restore
 from harness.cluster.kube.scaling import HARNESS_MANAGER, ScalerObserver
+from harness.cluster.kube.split import WeightedSplit
 from harness.cluster.kube.watches import Watches
-from harness.cluster.target import CannotRun, PodView, Target, TargetError
+from harness.cluster.target import CannotRun, PodView, Target, TargetError, canary_rollout
 from harness.config.schema import RunConfig
 from harness.events import Event, EventLog
 
@@ -62,6 +70,8 @@ class KubeTarget(Target):
         self.access: PodAccess | None = None
         self.preemption: Preemption | None = None
         self.node_loss: NodeLoss | None = None
+        self.split: WeightedSplit | None = None
+        self._weighted: tuple[str, dict | None] | None = None  # weighted_canary's (version, engine)
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -78,13 +88,15 @@ class KubeTarget(Target):
         self.access = PodAccess(c, s, self.auth_headers)
         self.preemption = Preemption(c, s, self.restorer.mark_pending)
         self.node_loss = NodeLoss(c, s, self.restorer.mark_pending, self.pods)
+        self.split = WeightedSplit(c, s, self.restorer.mark_pending, self.watches.watch_candidate)
         dep = self.preflight.check()
         self.preflight.engine(dep)
         self.preflight.lint(dep)
         selector = self.k.selector or ",".join(
             f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items()
         )
-        self.watches.start(selector)
+        # a weighted canary's candidate pods have a watch of their own (watch_candidate)
+        self.watches.start(f"{selector},!{CANDIDATE_LABEL}" if selector else f"!{CANDIDATE_LABEL}")
         self.restorer.record(dep)
         scalers = self.workload_scalers()
         if scalers:
@@ -102,6 +114,8 @@ class KubeTarget(Target):
             if self.shared.original is not None and self.shared.marked:
                 self.restore()
         finally:
+            if self.split is not None:
+                self.split.stop()
             if self.watches is not None:
                 self.watches.stop_logs()
                 self.watches.stop()
@@ -221,10 +235,50 @@ class KubeTarget(Target):
         self.actions.start_canary(version, engine)
 
     def promote_canary(self) -> None:
+        if self._weighted is not None:  # the Deployment itself goes to the candidate's version
+            self.actions.rollout(*self._weighted)
+            return
         self.actions.promote_canary()
 
     def rollback_canary(self) -> None:
+        if self._weighted is not None:  # the candidate Deployment removed
+            self.cluster.action("canary_rollback")
+            self.split.remove_candidate()
+            return
         self.actions.rollback_canary()
+
+    # --- weighted canary: a candidate Deployment and the user's HTTPRoute weights -----
+    def weight_blocker(self) -> str | None:
+        return self.split.blocker()
+
+    def start_candidate(
+        self, version: str, engine: dict | None = None, stable_selects_candidate: bool = False
+    ) -> None:
+        if stable_selects_candidate:
+            raise CannotRun(
+                "weighted_canary.stable_selects_candidate stands for a misconfigured Service on "
+                "the local target; on a cluster the Services' own selectors decide"
+            )
+        act = canary_rollout(version, engine)
+        self.cluster.action("rollout", **act, weighted=True)
+        change = self.actions.rollout_body(
+            self.cluster.read_deployment(), version, engine, None, None
+        )
+        self._weighted = (version, engine)
+        self.split.start(version, change)
+
+    def scale_candidate(self, replicas: int) -> None:
+        self.cluster.action("candidate_scale", replicas=replicas)
+        self.split.scale(replicas)
+
+    def set_weight(self, percent: float) -> None:
+        self.cluster.action("canary_weight", version=self.split.version, percent=percent)
+        self.split.set_weight(percent)
+
+    def end_split(self) -> None:
+        if self.shared.route or self.shared.candidate:
+            self.cluster.action("canary_weight", version=self.split.version, percent=None)
+            self.split.end()
 
     def evict_pod(self, name: str, retry_deadline_s: float = 0.0) -> None:
         self.actions.evict_pod(name, retry_deadline_s)

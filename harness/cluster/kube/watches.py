@@ -19,6 +19,7 @@ from harness.cluster.kube.common import (
     _ts,
     engine_of,
     engine_status,
+    is_candidate,
     prestop_s,
 )
 from harness.cluster.kube.preemption import preempted
@@ -200,6 +201,23 @@ class Watches:
             self.watches.append(w)
             w.start()
 
+    def watch_candidate(self, selector: str) -> None:
+        """Watch a weighted canary's candidate pods too (by their own label), into the same
+        pods and events as the workload's."""
+        if any(w.name == "watch-candidate-pods" for w in self.watches):
+            return
+        on_event = self._on_pod
+        w = _Watch(
+            "candidate-pods",
+            self.c.core.list_namespaced_pod,
+            on_event,
+            self._relister("candidate-pods", on_event),
+            self.c.ns,
+            label_selector=selector,
+        )
+        self.watches.append(w)
+        w.start()
+
     def _as_dict(self, on_event):
         """A watch callback fed the object as the API's JSON (the observer's input)."""
         return lambda kind, obj: on_event(kind, self.c.api.sanitize_for_serialization(obj))
@@ -221,10 +239,16 @@ class Watches:
     # --- watches -> events -----------------------------------------------------
     def _relister(self, name: str, on_event):
         def relist(items) -> None:
-            if name == "pods":
+            if name in ("pods", "candidate-pods"):
+                # each pod watch relists its own pods: the candidate's, or all the others
+                mine = name == "candidate-pods"
                 seen = {p.metadata.uid for p in items}
                 with self.s.lock:
-                    gone = [p for uid, p in self.s.pods.items() if uid not in seen]
+                    gone = [
+                        p
+                        for uid, p in self.s.pods.items()
+                        if uid not in seen and is_candidate(p) == mine
+                    ]
                 for p in gone:
                     self._on_pod("DELETED", p)  # missed while disconnected
             for obj in items:

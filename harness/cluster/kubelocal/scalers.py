@@ -25,6 +25,7 @@ from kubernetes import client
 
 from harness.client import http_get
 from harness.cluster.kubelocal.controlplane import ControlPlane, serving_cert
+from harness.cluster.kubelocal.crds import apply_crds
 from harness.cluster.kubelocal.daemons import Daemons, built
 from harness.errors import RollcheckError
 from harness.files import write_atomic
@@ -129,7 +130,7 @@ class Scalers:
         keda = keda_dir()
         self.timings["binaries_s"] = time.monotonic() - t0
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._apply_crds(keda / "crds")
+        apply_crds(self.api, keda / "crds", ScalersError)
         self._start_prometheus(prometheus, timeout_s)
         certs = self._certs()
         grpc = free_port()
@@ -187,20 +188,6 @@ class Scalers:
         self.timings["start_s"] = time.monotonic() - t0
 
     # --- parts ---------------------------------------------------------------------
-    def _apply_crds(self, folder: Path) -> None:
-        ext = client.ApiextensionsV1Api(self.api)
-        for path in sorted(folder.glob("*.yaml")):
-            for crd in (d for d in yaml.safe_load_all(path.read_text()) if d):
-                name = crd["metadata"]["name"]
-                try:
-                    ext.create_custom_resource_definition(crd)
-                except client.ApiException as exc:
-                    if exc.status != 409:
-                        raise ScalersError(f"creating CRD {name}: {exc.reason}") from None
-                    old = ext.read_custom_resource_definition(name)
-                    crd["metadata"]["resourceVersion"] = old.metadata.resource_version
-                    ext.replace_custom_resource_definition(name, crd)
-
     def _start_prometheus(self, binary: Path, timeout_s: float) -> None:
         self.prometheus_port = free_port()
         config = self.dir / "prometheus.yml"

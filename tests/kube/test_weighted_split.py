@@ -1,0 +1,295 @@
+"""weighted_canary's act on a cluster, against kube-local: the candidate Deployment runs on
+real kubelets behind the candidate Service, the user's HTTPRoute (the Gateway API's CRDs
+on the real API server) has its weights moved and put back, and an interrupted run is
+put back by `rollcheck kube-restore`. No Gateway API implementation runs here
+(docs/facts.md says why): a thread of the test writes the route's status as a gateway's
+controller does, and can hold it back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from harness.cluster.kube import KubeTarget
+from harness.cluster.kube.route import GROUP, PLURAL, VERSION
+from harness.cluster.kube.split import candidate_name
+from harness.config.schema import load_config
+from tests.kube.conftest import sim_objects, wait_for
+
+pytestmark = pytest.mark.kube
+
+DEPLOYMENT = "rollcheck-sim"
+CANDIDATE = candidate_name(DEPLOYMENT)
+SETTINGS = (
+    "kube.route=chat",
+    "kube.stable_service=sim-stable",
+    "kube.candidate_service=sim-canary",
+)
+
+
+def service(name: str, selector: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": 8000, "targetPort": "http"}],
+        },
+    }
+
+
+def http_route() -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "parentRefs": [{"name": "inference-gateway"}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": "sim-stable", "port": 8000},  # no weight: the CRD stores 1
+                        {"name": "sim-canary", "port": 8000, "weight": 0},
+                    ]
+                }
+            ],
+        },
+    }
+
+
+class StandInGateway(threading.Thread):
+    """Writes the route's status as a Gateway API implementation's controller does once it
+    has programmed a generation (every parent Accepted, observedGeneration); `hold` keeps
+    it from looking, as a slow controller would."""
+
+    def __init__(self, custom, namespace: str):
+        super().__init__(daemon=True)
+        self.custom, self.ns = custom, namespace
+        self.stopped, self.hold = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.2):
+            if self.hold.is_set():
+                continue
+            try:
+                route = self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.ns, PLURAL, "chat"
+                )
+                gen = route["metadata"]["generation"]
+                parents = (route.get("status") or {}).get("parents") or []
+                if parents and parents[0]["conditions"][0]["observedGeneration"] == gen:
+                    continue
+                route["status"] = {"parents": [{
+                    "parentRef": {"name": "inference-gateway"},
+                    "controllerName": "rollcheck.test/stand-in",
+                    "conditions": [{
+                        "type": "Accepted", "status": "True", "reason": "Accepted",
+                        "message": "", "observedGeneration": gen,
+                        "lastTransitionTime": "2026-12-06T00:00:00Z",
+                    }],
+                }]}  # fmt: skip
+                self.custom.replace_namespaced_custom_object_status(
+                    GROUP, VERSION, self.ns, PLURAL, "chat", route
+                )
+            except ApiException:
+                pass  # a conflict with a change of the harness: the next look takes it
+
+
+@pytest.fixture
+def weighted(kube_local, namespace, gateway_api):
+    """deploy/sim (two replicas), a stable and a candidate Service, the HTTPRoute over them
+    and the stand-in gateway writing its status."""
+    objs = sim_objects(replicas=2, gpus=1)
+    objs += [
+        service("sim-stable", {"app": DEPLOYMENT}),
+        service("sim-canary", {"app": f"{DEPLOYMENT}-canary"}),
+    ]
+    kube_local.apply_objects(objs, namespace)
+    apps = client.AppsV1Api(kube_local.api)
+    wait_for(
+        lambda: (
+            (apps.read_namespaced_deployment(DEPLOYMENT, namespace).status.ready_replicas or 0) == 2
+        ),
+        90,
+        "two ready replicas",
+    )
+    created = gateway_api.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, http_route()
+    )
+    gw = StandInGateway(gateway_api, namespace)
+    gw.start()
+    yield created, gw
+    gw.stopped.set()
+    gw.join()
+
+
+def target(kube_local, namespace, tmp_path, *sets) -> KubeTarget:
+    base = [f"kube.kubeconfig={kube_local.kubeconfig}", f"kube.namespace={namespace}"]
+    return KubeTarget(load_config(None, base + ["replicas=2", *sets]), tmp_path / "run")
+
+
+def route_spec(custom, namespace: str) -> dict:
+    return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chat")["spec"]
+
+
+def weights(custom, namespace: str) -> list:
+    refs = route_spec(custom, namespace)["rules"][0]["backendRefs"]
+    return [r.get("weight") for r in refs]
+
+
+def applied(t: KubeTarget, percent: float | None) -> list:
+    """The gateway_updated events that carry this split (None: the route as it was)."""
+    out = []
+    for e in t.events():
+        if e.kind == "gateway_updated" and e.detail.get("route") == "chat":
+            split = e.detail.get("split")
+            if (split or {}).get("percent") == percent or (percent is None and split is None):
+                out.append(e)
+    return out
+
+
+def ip(pod) -> str:
+    return pod.address.rsplit(":", 1)[0]
+
+
+def slice_ips(kube_local, namespace: str, svc: str) -> set[str]:
+    disc = client.DiscoveryV1Api(kube_local.api)
+    slices = disc.list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={svc}"
+    ).items
+    return {a for s in slices for e in s.endpoints or [] if e.conditions.ready for a in e.addresses}
+
+
+def candidate_gone(kube_local, namespace: str) -> bool:
+    apps = client.AppsV1Api(kube_local.api)
+    try:
+        apps.read_namespaced_deployment(CANDIDATE, namespace)
+        return False
+    except ApiException as exc:
+        return exc.status == 404
+
+
+def test_a_weighted_canary_runs_its_candidate_behind_its_service_moves_the_weights_and_puts_back(
+    kube_local, namespace, weighted, gateway_api, tmp_path
+):
+    """The candidate Deployment's pods are watched and selected by the candidate Service
+    alone; each weight is on the route, and counts as applied once the gateway accepted
+    it; the end puts the rule back exactly and removes the candidate."""
+    created, gw = weighted
+    custom = gateway_api
+    t = target(kube_local, namespace, tmp_path, *SETTINGS)
+    t.start()
+    try:
+        assert t.weight_blocker() is None
+        baseline = {ip(p) for p in t.ready_pods()}
+        t.start_candidate("v2")
+        assert weights(custom, namespace) == [100, 0]
+        first = wait_for(lambda: [p for p in t.ready_pods() if p.version == "v2"], 90, "v2 ready")
+        t.scale_candidate(2)
+        pods = wait_for(
+            lambda: [p for p in t.ready_pods() if p.version == "v2"][1:] and t.ready_pods(),
+            90,
+            "two v2 replicas ready",
+        )
+        v2 = {ip(p) for p in pods if p.version == "v2"}
+        assert ip(first[0]) in v2 and len(v2) == 2 and not v2 & baseline
+        # the Services select each version alone: the route's two backends are the versions
+        wait_for(lambda: slice_ips(kube_local, namespace, "sim-canary") == v2, 30, "canary slice")
+        assert slice_ips(kube_local, namespace, "sim-stable") == baseline
+
+        gw.hold.set()  # a gateway that has not programmed the change yet
+        t.set_weight(50)
+        assert weights(custom, namespace) == [50, 50]
+        threading.Event().wait(1.5)
+        assert not applied(t, 50)  # not applied before the gateway says so
+        gw.hold.clear()
+        (event,) = wait_for(lambda: applied(t, 50), 30, "the gateway to accept 50%")
+        assert event.detail["split"]["version"] == "v2"
+
+        t.end_split()
+        assert route_spec(custom, namespace) == created["spec"]  # exactly as it was
+        wait_for(lambda: applied(t, None), 30, "the gateway to accept the route as it was")
+        wait_for(lambda: candidate_gone(kube_local, namespace), 30, "the candidate removed")
+        wait_for(lambda: not [p for p in t.pods() if p.version == "v2"], 60, "v2 pods gone")
+    finally:
+        t.close()
+    dep = client.AppsV1Api(kube_local.api).read_namespaced_deployment(DEPLOYMENT, namespace)
+    assert "rollcheck.io/restore-pending" not in (dep.metadata.annotations or {})
+    assert dep.spec.template.metadata.labels["version"] == "v1"  # the baseline untouched
+
+
+def test_an_interrupted_weighted_canary_is_put_back_by_kube_restore(
+    kube_local, namespace, weighted, gateway_api, tmp_path
+):
+    """The harness dies at 10% with its candidate running: `rollcheck kube-restore` puts
+    the route's rule back and removes the candidate Deployment."""
+    created, _gw = weighted
+    t = target(kube_local, namespace, tmp_path, *SETTINGS)
+    t.start()
+    t.start_candidate("v2")
+    wait_for(lambda: [p for p in t.ready_pods() if p.version == "v2"], 90, "v2 ready")
+    t.set_weight(10)
+    assert weights(gateway_api, namespace) == [90, 10]
+    t.split.stop()
+    for w in t.watches.watches:  # the harness dies here: no close(), no restore
+        w.stop()
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
+         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "HTTPRoute chat rule 0 as it was" in r.stdout, r.stdout
+    assert f"removed candidate Deployment {CANDIDATE}" in r.stdout, r.stdout
+    assert route_spec(gateway_api, namespace) == created["spec"]
+    wait_for(lambda: candidate_gone(kube_local, namespace), 30, "the candidate removed")
+
+
+def test_a_weighted_canary_that_could_not_split_is_refused_before_acting(
+    kube_local, namespace, weighted, gateway_api, tmp_path
+):
+    """Each set-up the split would not work on is refused before acting (SKIPPED with the
+    line), and nothing is made."""
+    core = client.CoreV1Api(kube_local.api)
+    cases = [  # (settings, Service selectors changed first, what the line says)
+        ((), {}, "set kube.route"),
+        (SETTINGS, {"sim-canary": {"app": DEPLOYMENT}}, "selects the baseline's pods too"),
+        (SETTINGS, {"sim-canary": {"app": f"{DEPLOYMENT}-canary"}, "sim-stable": {"app": "x"}},
+         "does not select the pods of Deployment"),
+        (("kube.route=chat", "kube.stable_service=sim-stable", "kube.candidate_service=nope"),
+         {"sim-stable": {"app": DEPLOYMENT}}, "names the Service nope 0 times"),
+        (SETTINGS, {}, None),  # as the fixture made it: nothing in the way
+    ]  # fmt: skip
+    for i, (sets, services, says) in enumerate(cases):
+        for name, selector in services.items():
+            core.patch_namespaced_service(name, namespace, {"spec": {"selector": selector}})
+        t = target(kube_local, namespace, tmp_path / str(i), *sets)
+        t.start()
+        try:
+            blocker = t.weight_blocker()
+        finally:
+            t.close()
+        if says is None:
+            assert blocker is None, blocker
+        else:
+            assert blocker is not None and says in blocker, (says, blocker)
+    assert candidate_gone(kube_local, namespace)
+    assert weights(gateway_api, namespace) == [1, 0]  # as stored: the CRD defaults weight to 1
+    # a Deployment of the candidate's name already there (an interrupted run's) is not
+    # taken over
+    left = sim_objects(replicas=0)[0]
+    left["metadata"]["name"] = CANDIDATE
+    client.AppsV1Api(kube_local.api).create_namespaced_deployment(namespace, left)
+    t = target(kube_local, namespace, tmp_path / "left", *SETTINGS)
+    t.start()
+    try:
+        blocker = t.weight_blocker()
+    finally:
+        t.close()
+    assert blocker is not None and f"a Deployment {CANDIDATE} is there already" in blocker
