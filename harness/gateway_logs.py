@@ -1,8 +1,8 @@
 """Gateway logs: parse access and error lines, join them to stream records.
 
 Access formats: rollcheck's nginx JSON format (harness/cluster/local/nginx.py),
-ingress-nginx's default `upstreaminfo`, and Envoy's (Gateway API implementations,
-the llm-d inference gateway): its default text format and JSON. Envoy has no error
+ingress-nginx's default `upstreaminfo`, Envoy's (Gateway API implementations,
+the llm-d inference gateway): its default text format and JSON, and Traefik's JSON. Envoy has no error
 log; its response flags say what nginx's error log says (UC: upstream connection
 terminated, UR: upstream reset, DC: the client went away, UF/UH: no upstream), and
 they count as the nginx equivalents. Error-log lines join an access line through
@@ -77,6 +77,8 @@ def parse_json_line(line: str) -> GatewayLine:
     d = json.loads(line)
     if "response_code" in d and "start_time" in d:
         return parse_envoy_json(d)
+    if "DownstreamStatus" in d and "StartUTC" in d:
+        return parse_traefik_json(d)
     return GatewayLine(
         request_id=d.get("request_id") or None,
         status=int(d["status"]),
@@ -167,6 +169,27 @@ def parse_envoy_json(d: dict) -> GatewayLine:
     )
 
 
+def parse_traefik_json(d: dict) -> GatewayLine:
+    """Traefik's JSON access log (accessLog.format json): the status it answered the client
+    (499 when the client left first), the pod it sent the request to (ServiceAddr), the
+    request's start and its Duration in nanoseconds, and the X-Request-Id header where
+    accessLog.fields.headers keeps it (request_X-Request-Id)."""
+    duration = float(d.get("Duration") or 0) / 1e9
+    addr = d.get("ServiceAddr") or None
+    if addr is None and d.get("ServiceURL"):
+        addr = re.sub(r"^\w+://", "", str(d["ServiceURL"])).split("/", 1)[0]
+    origin = d.get("OriginStatus")
+    return GatewayLine(
+        request_id=d.get("request_X-Request-Id") or None,
+        status=int(d["DownstreamStatus"]),
+        upstream_addr=addr,
+        upstream_status=str(origin) if origin else None,
+        body_bytes_sent=int(d.get("DownstreamContentSize") or 0),
+        request_time_s=duration,
+        end_t=_envoy_time(d["StartUTC"]) + duration,
+    )
+
+
 # ingress-nginx's default log-format-upstream (upstreaminfo)
 UPSTREAMINFO = re.compile(
     r'^(?P<remote_addr>\S+) - (?P<remote_user>\S+) \[(?P<time_local>[^\]]+)\] "(?P<request>[^"]*)" '
@@ -226,8 +249,9 @@ class Unparsed:
 
 # The access-log formats, by how a line starts: every reader goes through this one table
 # (a format added here is read everywhere: runs, shared-ingress run folders, the choice
-# of a gateway pod's container). JSON: rollcheck's nginx format, or Envoy's JSON (Envoy
-# Gateway, Istio); "[": Envoy's default text format; else ingress-nginx's upstreaminfo.
+# of a gateway pod's container). JSON: rollcheck's nginx format, Envoy's JSON (Envoy
+# Gateway, Istio) or Traefik's; "[": Envoy's default text format; else ingress-nginx's
+# upstreaminfo.
 _FORMATS = (("{", parse_json_line), ("[", parse_envoy_line), ("", parse_upstreaminfo_line))
 
 

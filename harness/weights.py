@@ -53,8 +53,13 @@ class Window:
 
 def windows(events: Sequence[Event], t_end: float) -> list[Window]:
     """The weights the gateway applied, in order (percent above 0 only), from its own
-    gateway_updated events: an endpoint change at the same weight goes on in the window."""
+    gateway_updated events: an endpoint change at the same weight goes on in the window.
+    A window ends when the next weight was asked for (its `canary_weight` action), not
+    when the gateway applied it: in between, a gateway may route by either."""
     changes: list[tuple[float, float]] = []  # (when applied, percent; 0: no split)
+    asked = sorted(
+        e.t for e in events if e.kind == "action" and e.detail.get("action") == "canary_weight"
+    )
     for e in events:
         if e.kind != "gateway_updated":
             continue
@@ -65,6 +70,7 @@ def windows(events: Sequence[Event], t_end: float) -> list[Window]:
     out = []
     for i, (t, percent) in enumerate(changes):
         end = changes[i + 1][0] if i + 1 < len(changes) else t_end
+        end = min([end] + [a for a in asked if t < a < end])
         if percent > 0:
             out.append(Window(percent, t, end))
     return out

@@ -905,3 +905,41 @@ def test_a_retried_request_that_kills_again_is_a_crash_loop_of_one_request():
     load = events[:3] + [ev(T + 6, "exited", "p2", **oom)]
     r = C.oom_killed_once(data([rec("a", sent=T - 3, dur=1)], load, **kw))
     assert status(r) == "fail" and "1 more OOMKills under the load (p2)" in r.observed
+
+
+def test_traefik_json_lines_as_measured_on_kube_local(tmp_path):
+    """Traefik v3.6's JSON access log (a line as its Gateway provider wrote it on
+    kube-local, docs/facts.md): the pod from ServiceAddr, Duration in nanoseconds from
+    StartUTC, the id from the X-Request-Id header it was told to keep; a client that left
+    first is its 499."""
+    from harness.gateway_logs import read_access_log
+
+    line = {
+        "ClientHost": "127.0.0.1",
+        "DownstreamContentSize": 141,
+        "DownstreamStatus": 200,
+        "Duration": 2191413000,
+        "OriginStatus": 200,
+        "RequestMethod": "POST",
+        "RequestPath": "/v1/chat/completions",
+        "RouterName": "httproute-gw-chat-gw-gw-inference-gateway-ep-web-0-a431b@kubernetesgateway",
+        "ServiceAddr": "10.244.2.3:8000",
+        "ServiceName": "gw-sim-canary-http-8000@kubernetesgateway",
+        "ServiceURL": "http://10.244.2.3:8000",
+        "StartUTC": "2026-12-06T07:05:57.607566989Z",
+        "request_X-Request-Id": "req-7",
+        "level": "info",
+    }
+    gone = line | {"DownstreamStatus": 499, "request_X-Request-Id": "req-8"}
+    log = tmp_path / "access.log"
+    log.write_text(json.dumps(line) + "\n" + json.dumps(gone) + "\n")
+    (ok, left), unparsed = read_access_log(log)
+    assert (ok.request_id, ok.status, ok.upstream_addr, ok.upstream_status) == (
+        "req-7",
+        200,
+        "10.244.2.3:8000",
+        "200",
+    )
+    assert ok.request_time_s == pytest.approx(2.191413)
+    assert ok.start_t == pytest.approx(1796540757.607567)
+    assert (left.request_id, left.status) == ("req-8", 499) and unparsed.count == 0

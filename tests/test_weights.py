@@ -56,6 +56,23 @@ def test_windows_run_from_the_gateways_applying_each_weight():
     assert windows(events[:4], t_end=8.0)[-1] == Window(50, 5.0, 8.0)
 
 
+@pytest.mark.unit
+def test_a_window_ends_when_the_next_weight_is_asked_for():
+    """A gateway routes by either weight between a change asked for and its applying it
+    (Traefik: up to 2 s after the route's status says Accepted): those streams belong to
+    no window."""
+
+    def upd(t, percent):
+        return Event(t=t, kind="gateway_updated", detail={"split": {"percent": percent}})
+
+    def ask(t, percent):
+        return Event(t=t, kind="action", detail={"action": "canary_weight", "percent": percent})
+
+    events = [ask(1.0, 10), upd(2.0, 10), ask(6.0, 100), upd(9.0, 100), ask(12.0, None)]
+    events += [upd(15.0, 0)]
+    assert windows(events, t_end=20.0) == [Window(10, 2.0, 6.0), Window(100, 9.0, 12.0)]
+
+
 def mixed(n: int, every: int, t0: float = 10.0, cand_ttft: float = 0.05, noise: bool = True):
     """n streams sent 0.1 s apart, each `every`-th to the candidate v2."""
     out = []

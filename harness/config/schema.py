@@ -409,6 +409,12 @@ class Kube:
     route_rule: int = 0
     stable_service: str | None = None
     candidate_service: str | None = None
+    # how long after the route's status says Accepted the gateway's proxies may still route
+    # by the old weights (the status is the control plane's word; the data plane follows:
+    # Traefik holds a new configuration up to its providersThrottleDuration, 2 s by
+    # default; measured on kube-local: the old weights 1.6 s after Accepted). A weight
+    # counts as applied this long after it was accepted
+    route_settle_s: float = 3.0
 
     def validate(self) -> None:
         if self.route and not (self.stable_service and self.candidate_service):
@@ -418,6 +424,10 @@ class Kube:
             )
         if self.route_rule < 0:
             raise ValueError(f"kube.route_rule is an index, at least 0, not {self.route_rule}")
+        if self.route_settle_s < 0:
+            raise ValueError(
+                f"kube.route_settle_s is seconds, at least 0, not {self.route_settle_s}"
+            )
         for key in ("node_loss_command", "node_return_command"):
             for arg in getattr(self, key):
                 try:

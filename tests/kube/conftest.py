@@ -41,24 +41,11 @@ def kube_local(tmp_path_factory):
     kl.stop()
 
 
-class CrdError(RuntimeError):
-    pass
-
-
 @pytest.fixture(scope="session")
 def gateway_api(kube_local):
     """The Gateway API's standard CRDs served by kube-local's API server: the custom
     objects API to make HTTPRoutes with."""
-    from harness.cluster.kubelocal.crds import apply_crds, gateway_api_crds
-
-    names = apply_crds(kube_local.api, gateway_api_crds(CrdError), CrdError)
-    assert "httproutes.gateway.networking.k8s.io" in names
-    ext = client.ApiextensionsV1Api(kube_local.api)
-    for _ in range(100):  # served once the CRD is established
-        crd = ext.read_custom_resource_definition("httproutes.gateway.networking.k8s.io")
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
-            break
-        time.sleep(0.1)
+    kube_local.gateway_api()
     return client.CustomObjectsApi(kube_local.api)
 
 

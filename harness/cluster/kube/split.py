@@ -10,8 +10,9 @@ Rollouts sizes a canary). Its pods are watched as the Deployment's are (a second
 watch, on the candidate's own label), so every stream the gateway sent them is traced.
 
 A weight counts as applied once the gateway says so: the route's status, every parent
-Accepted at or after the change's generation; then `gateway_updated` goes on the
-timeline with the split, as the local gateway writes it. The candidate Deployment and the
+Accepted at or after the change's generation, and kube.route_settle_s after that for its
+proxies to follow (the status is the control plane's word); then `gateway_updated` goes
+on the timeline with the split, as the local gateway writes it. The candidate Deployment and the
 route's rule are written in the restore note before either changes; the end (or
 `rollcheck kube-restore`) deletes the one and puts the other back.
 """
@@ -243,20 +244,45 @@ class WeightedSplit:
         self._generation = generation
         detail = {"split": split} if split is not None else {}
 
+        settle = self.c.k.route_settle_s
+
         def wait() -> None:
             deadline = time.monotonic() + ACCEPT_S
             while time.monotonic() < deadline and self._generation == generation:
-                try:
-                    if route.accepted(generation):
+                if _accepted(route, generation):
+                    accepted = time.time()
+                    # the proxies follow the control plane's word: counted applied after
+                    # kube.route_settle_s, unless a newer change came meanwhile
+                    time.sleep(settle)
+                    if self._generation == generation:
                         self.c.emit(
-                            "gateway_updated", route=route.name, generation=generation, **detail
+                            "gateway_updated",
+                            route=route.name,
+                            generation=generation,
+                            accepted_at=accepted,
+                            settle_s=settle,
+                            **detail,
                         )
-                        return
-                except TargetError:
-                    pass
+                    return
                 time.sleep(POLL_S)
 
         threading.Thread(target=wait, name="route-accepted", daemon=True).start()
+
+    def settle(self) -> None:
+        """Until the gateway accepted the last change (at most ACCEPT_S): before the
+        candidate goes, so that the gateway sends it nothing new."""
+        if self._route is not None:
+            self._wait_applied(self._route, self._generation)
+
+    def _wait_applied(self, route: Route, generation: int) -> None:
+        """Until the gateway accepted `generation` (at most ACCEPT_S), and its proxies had
+        kube.route_settle_s to follow."""
+        deadline = time.monotonic() + ACCEPT_S
+        while time.monotonic() < deadline:
+            if _accepted(route, generation):
+                time.sleep(self.c.k.route_settle_s)
+                return
+            time.sleep(POLL_S)
 
     def stop(self) -> None:
         """No acceptance is looked for any more (before the timeline closes)."""
@@ -289,10 +315,20 @@ class WeightedSplit:
             if generation is not None:
                 done.append(f"HTTPRoute {record['name']} rule {record['rule']} as it was")
                 self._applied_when_accepted(route, generation, None)
+                # the candidate goes once the gateway sends it nothing new (its streams in
+                # flight end in its pods' grace period)
+                self._wait_applied(route, generation)
             self.s.route = None
         done += self.remove_candidate()
         self._route = None
         return done
+
+
+def _accepted(route: Route, generation: int) -> bool:
+    try:
+        return bool(route.accepted(generation))
+    except TargetError:
+        return False
 
 
 def _text(selector: dict) -> str:

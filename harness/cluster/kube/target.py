@@ -243,6 +243,7 @@ class KubeTarget(Target):
     def rollback_canary(self) -> None:
         if self._weighted is not None:  # the candidate Deployment removed
             self.cluster.action("canary_rollback")
+            self.split.settle()  # weight 0 applied first: the candidate gets nothing new
             self.split.remove_candidate()
             return
         self.actions.rollback_canary()

@@ -19,6 +19,8 @@ from harness.cluster.kubelocal.controlplane import (
     client_cert,
     kubeconfig_text,
 )
+from harness.cluster.kubelocal.crds import apply_crds, gateway_api_crds
+from harness.cluster.kubelocal.gateway import GatewayError, TraefikGateway
 from harness.cluster.kubelocal.image import IMAGE, sim_image
 from harness.cluster.kubelocal.node import (
     HOST_FOR_PODS,
@@ -35,7 +37,15 @@ from harness.files import write_atomic
 from harness.proc import free_port
 from harness.waits import wait_until
 
-__all__ = ["ControlPlaneError", "EndpointSliceIngress", "KubeLocal", "NodeError", "ScalersError"]
+__all__ = [
+    "ControlPlaneError",
+    "EndpointSliceIngress",
+    "GatewayError",
+    "KubeLocal",
+    "NodeError",
+    "ScalersError",
+    "TraefikGateway",
+]
 GPU = "nvidia.com/gpu"
 KUBERNETES_SERVICE = "10.96.0.1"  # the `kubernetes` Service (the API server's certificate names it)
 
@@ -152,6 +162,7 @@ class KubeLocal:
         self.api: client.ApiClient | None = None
         self.nodes: list[Node] = []
         self.ingresses: list[EndpointSliceIngress] = []
+        self.gateways: list[TraefikGateway] = []
         self.timings: dict[str, float] = {}
         self.with_scalers = with_scalers
         self.scalers: Scalers | None = None
@@ -329,6 +340,43 @@ class KubeLocal:
         self.ingresses.append(ing.start())
         return ing
 
+    def gateway(self, namespace: str) -> TraefikGateway:
+        """A Gateway API implementation (Traefik) serving the namespace's HTTPRoutes through
+        its Gateway `inference-gateway`; the Gateway API's CRDs applied first."""
+        self.gateway_api()
+        gw = TraefikGateway(
+            self.api, self.kubeconfig, namespace, self.run_dir / f"gateway-{namespace}"
+        )
+        try:
+            gw.start()
+        except BaseException:
+            gw.stop()
+            raise
+        self.gateways.append(gw)
+        return gw
+
+    def gateway_api(self) -> None:
+        """The Gateway API's standard CRDs, applied and served (once established)."""
+        names = apply_crds(self.api, gateway_api_crds(GatewayError), GatewayError)
+        ext = client.ApiextensionsV1Api(self.api)
+
+        def established() -> bool:
+            return all(
+                any(
+                    c.type == "Established" and c.status == "True"
+                    for c in ext.read_custom_resource_definition(n).status.conditions or []
+                )
+                for n in names
+            )
+
+        wait_until(
+            established,
+            30,
+            "the Gateway API's CRDs to be established",
+            interval_s=0.1,
+            error=GatewayError,
+        )
+
     def ingress_controller_pod(
         self, ing: EndpointSliceIngress, namespace: str, shutdown_manager: bool = False
     ) -> str:
@@ -377,10 +425,15 @@ class KubeLocal:
         for ing in [i for i in self.ingresses if i.namespace == namespace]:
             ing.stop()
             self.ingresses.remove(ing)
+        for gw in [g for g in self.gateways if g.namespace == namespace]:
+            gw.stop()
+            self.gateways.remove(gw)
 
     def stop(self) -> None:
         for ing in self.ingresses:
             ing.stop()
+        for gw in self.gateways:
+            gw.stop()
         self.stop_scalers()
         for node in self.nodes:
             try:
