@@ -177,3 +177,21 @@ def test_compare_claims_no_change_within_the_clients_own_delay():
     assert latency_change(base, cand, (0.0013, None))[0] == "worse"  # 4 ms > 2 x 1.3 ms
     said, how = latency_change(base, cand, (0.0013, 0.0041))
     assert said == "" and "under 2 times the client's own delay (p99 1.3 ms and 4.1 ms)" in how
+
+
+def test_a_short_phase_of_a_lagging_run_is_not_taken_to_have_kept_up():
+    """A drain of a second or two reads a few dozen wake-ups: under the limit there says
+    little when the client lagged before and after it. Its ITL budget is not judged; a
+    phase with figures of its own is judged by them."""
+    records = [rec(f"r{i}", sent=T + 0.1 * i, dur=1, itl_max_s=0.3) for i in range(15)]
+    itl = C.slo_budget_for("itl")
+    client = delay(before=0.017, during=0.009, after=0.072)
+    client["during"]["samples"] = 46
+    d = data(records, itl_slo_s=0.05, client_delay=client)  # limit 12.5 ms
+    assert set(d.client_lagged()) == {"before", "during", "after"}
+    assert d.client_lagged()["during"] == client["all"]  # the run's figures speak for it
+    assert itl(d).status == V.Status.INCONCLUSIVE
+    client["during"]["samples"] = 500  # 10 s of its own figures, under the limit: judged
+    d = data(records, itl_slo_s=0.05, client_delay=client)
+    assert "during" not in d.client_lagged()
+    assert itl(d).status == V.Status.FAIL

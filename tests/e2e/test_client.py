@@ -48,7 +48,8 @@ def test_a_saturated_client_makes_latency_inconclusive_and_still_judges_streams(
     assert summary["outcomes"]["complete"] == summary["requests"] == summary["sent"]
     assert summary["verdict"] == "inconclusive" and proc.returncode == 1
     delay = summary["load_generator"]["delay"]
-    assert delay["during"]["p99_s"] > summary["load_generator"]["delay_limit_s"]
+    # over the run (a drain of a second or two has too few figures of its own to say)
+    assert delay["all"]["p99_s"] > summary["load_generator"]["delay_limit_s"]
     assert "INCONCLUSIVE client_kept_up: the load generator was saturated" in proc.stdout
     report = next(tmp_path.glob("*/*/report.html")).read_text()
     assert "client delay p99" in report
