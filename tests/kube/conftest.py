@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -47,6 +49,15 @@ def gateway_api(kube_local):
     objects API to make HTTPRoutes with."""
     kube_local.gateway_api()
     return client.CustomObjectsApi(kube_local.api)
+
+
+def kube_restore(kube_local, namespace: str, *sets: str, timeout_s: float = 60):
+    """`rollcheck kube-restore` as a user runs it after an interrupted run: the process."""
+    args = [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
+            str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}"]  # fmt: skip
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
 
 
 def is_ready(obj) -> bool:

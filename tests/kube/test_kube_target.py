@@ -24,6 +24,7 @@ from harness.proc import free_port
 from tests.chart import objects_of, render
 from tests.kube.conftest import (
     is_ready,
+    kube_restore,
     ready_pods,
     sim_objects,
     token_kubeconfig,
@@ -189,12 +190,7 @@ def test_a_pending_restore_blocks_the_next_run_until_restored(
     t3.start()  # no longer refused
     t3.close()
     # the Deployment gone: one line, not a traceback
-    gone = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
-         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}",
-         "--set", "kube.deployment=deleted-meanwhile"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    gone = kube_restore(kube_local, namespace, "kube.deployment=deleted-meanwhile")
     assert gone.returncode == 2 and "does not exist: nothing to restore" in gone.stderr
     assert len(gone.stderr.strip().splitlines()) == 1 and "Traceback" not in gone.stderr
 
@@ -1158,11 +1154,7 @@ def test_an_interrupted_preemption_leaves_nothing_after_kube_restore(
     client.CoreV1Api(kube_local.api).read_namespaced_pod(made["pod"], namespace)
     for w in t.watches.watches:  # the harness dies here: no close(), no restore
         w.stop()
-    r = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
-         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    r = kube_restore(kube_local, namespace)
     assert r.returncode == 0, r.stderr
     assert f"removed preemptor pod {made['pod']}" in r.stdout, r.stdout
     assert f"removed PriorityClass {made['priority_class']}" in r.stdout, r.stdout
@@ -1200,12 +1192,7 @@ def test_an_interrupted_node_loss_is_brought_back_by_kube_restore(
     t.node_loss.stop()
     for w in t.watches.watches:  # the harness dies here: no close(), no restore
         w.stop()
-    r = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
-         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}",
-         "--set", f"kube.node_return_command={on}"],
-        capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
+    r = kube_restore(kube_local, namespace, f"kube.node_return_command={on}", timeout_s=90)
     assert r.returncode == 0 and f"node {node} brought back" in r.stdout, (r.stdout, r.stderr)
     wait_for(lambda: is_ready(core.read_node(node)), 60, f"{node} Ready again")
     t2 = target_for(kube_local, namespace, tmp_path)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 
@@ -25,7 +23,7 @@ from harness.cluster.kube.route import GROUP, PLURAL, VERSION
 from harness.cluster.kube.split import candidate_name
 from harness.cluster.kubelocal.gateway import wait_route_accepted
 from harness.config.schema import load_config
-from tests.kube.conftest import sim_objects, wait_for
+from tests.kube.conftest import kube_restore, sim_objects, wait_for
 from tests.kube.test_kube_target import KUBE_LOCAL_TTFT, not_passing
 from tests.scenario_runs import run_scenarios
 
@@ -232,11 +230,7 @@ def test_an_interrupted_weighted_canary_is_put_back_by_kube_restore(
     t.split.stop()
     for w in t.watches.watches:  # the harness dies here: no close(), no restore
         w.stop()
-    r = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "kube-restore", "--kubeconfig",
-         str(kube_local.kubeconfig), "--set", f"kube.namespace={namespace}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    r = kube_restore(kube_local, namespace)
     assert r.returncode == 0, r.stderr
     assert "HTTPRoute chat rule 0 as it was" in r.stdout, r.stdout
     assert f"removed candidate Deployment {CANDIDATE}" in r.stdout, r.stdout

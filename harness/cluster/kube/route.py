@@ -17,18 +17,27 @@ import copy
 
 from kubernetes.client.rest import ApiException
 
+from harness.cluster.kube.common import _message
 from harness.cluster.target import TargetError
 
 GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
 
 
-def _message(exc: ApiException) -> str:
-    import json
-
-    try:
-        return json.loads(exc.body).get("message") or exc.reason
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason)
+def parents_accepted(route: dict, generation: int) -> bool | None:
+    """Whether every parent (Gateway) of the route (the API's JSON) has accepted it at or
+    after `generation`; None while no gateway has written a status for it."""
+    parents = ((route.get("status") or {}).get("parents")) or []
+    if not parents:
+        return None
+    return all(
+        any(
+            c.get("type") == "Accepted"
+            and c.get("status") == "True"
+            and int(c.get("observedGeneration") or 0) >= generation
+            for c in parent.get("conditions") or []
+        )
+        for parent in parents
+    )
 
 
 def route_of(c, record: dict | None = None) -> Route:
@@ -158,19 +167,7 @@ class Route:
     def accepted(self, generation: int) -> bool | None:
         """Whether every parent (Gateway) of the route has accepted it at or after
         `generation`; None while no gateway has written a status for it."""
-        parents = ((self.read().get("status") or {}).get("parents")) or []
-        if not parents:
-            return None
-        for parent in parents:
-            ok = any(
-                c.get("type") == "Accepted"
-                and c.get("status") == "True"
-                and int(c.get("observedGeneration") or 0) >= generation
-                for c in parent.get("conditions") or []
-            )
-            if not ok:
-                return False
-        return True
+        return parents_accepted(self.read(), generation)
 
     def _guard(self, rule: dict) -> list[dict]:
         """JSON patch tests: the rule still names the two backends where it did."""

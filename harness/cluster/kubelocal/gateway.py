@@ -21,6 +21,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from harness.cluster.kube.route import parents_accepted
 from harness.cluster.kubelocal.daemons import Daemons, built
 from harness.errors import RollcheckError
 from harness.files import write_atomic
@@ -159,17 +160,7 @@ def wait_route_accepted(custom, namespace: str, name: str, timeout_s: float = 30
     deadline = time.monotonic() + timeout_s
     while True:
         route = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", name)
-        gen = route["metadata"]["generation"]
-        parents = (route.get("status") or {}).get("parents") or []
-        if parents and all(
-            any(
-                c["type"] == "Accepted"
-                and c["status"] == "True"
-                and c.get("observedGeneration", 0) >= gen
-                for c in p.get("conditions") or []
-            )
-            for p in parents
-        ):
+        if parents_accepted(route, route["metadata"]["generation"]):
             return route
         if time.monotonic() > deadline:
             raise GatewayError(f"HTTPRoute {namespace}/{name} not accepted in {timeout_s:g} s")
