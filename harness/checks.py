@@ -2163,9 +2163,10 @@ def shadow_not_leaked(result: dict) -> Check:
 
 def shadow_served(result: dict) -> Check:
     """shadow: the candidate served what the gateway mirrored to it: the share of the
-    window's requests mirrored (the gateway's log of each), each answered 200 and read to
-    its end, and the candidate engines' own counters finishing them (a mirrored request it
-    refused, failed or aborted is named)."""
+    window's requests mirrored (the gateway's log of each; where the gateway keeps none,
+    as a cluster's does not, the candidate engines' own count of what they took), each
+    answered 200 and read to its end, and the candidate engines' own counters finishing
+    them (a mirrored request it refused, failed or aborted is named)."""
 
     def check(d: RunData) -> CheckResult:
         from harness.weights import split_tolerance
@@ -2175,21 +2176,27 @@ def shadow_served(result: dict) -> Check:
         start, end = result["window"]
         expected = f"{percent:g}% of the window's requests mirrored, and {version} finishing each"
         sent = {r.request_id for r in d.records if start <= r.sent_at < end}
-        mirrored = [m for m in result["mirrored"] if m["request_id"] in sent]
         population = f"{len(sent)} requests sent while the mirror was on"
         if not sent:
             return inconclusive(name, expected=expected, reason="no request was sent in the window")
-        share = len(mirrored) / len(sent)
-        tolerance = split_tolerance(percent / 100, len(sent))
         finished = result["candidate_finished"]
         done = sum(n for reason, n in finished.items() if reason in ("stop", "length"))
         cut = {reason: n for reason, n in finished.items() if reason not in ("stop", "length")}
-        refused = [m for m in mirrored if m["status"] >= 400 or m["upstream_status"] != "200"]
+        if result["mirrored"] is None:  # no gateway line per mirrored request
+            mirrored, refused = sum(finished.values()), []
+            how = f"{version}'s engines took {mirrored} of {len(sent)}"
+        else:
+            lines = [m for m in result["mirrored"] if m["request_id"] in sent]
+            mirrored = len(lines)
+            refused = [m for m in lines if m["status"] >= 400 or m["upstream_status"] != "200"]
+            how = f"the gateway mirrored {mirrored} of {len(sent)}"
+        share = mirrored / len(sent)
+        tolerance = split_tolerance(percent / 100, len(sent))
         problems = []
         if abs(share - percent / 100) > tolerance:
             problems.append(
-                f"the gateway mirrored {len(mirrored)} of {len(sent)} ({share:.0%}), off its "
-                f"{percent:g}% by more than ±{tolerance * 100:.0f} points"
+                f"{how} ({share:.0%}), off its {percent:g}% by more than "
+                f"±{tolerance * 100:.0f} points"
             )
         if refused:
             statuses = Counter(m["upstream_status"] or str(m["status"]) for m in refused)
@@ -2205,10 +2212,9 @@ def shadow_served(result: dict) -> Check:
                 + ", ".join(f"{n} {reason}" for reason, n in cut.items())
                 + f" of the requests they took (and finished {done})"
             )
-        observed = (
-            f"{len(mirrored)} of {len(sent)} mirrored ({share:.0%}); {version} finished {done} "
-            "(its engines' counters)"
-        )
+        observed = f"{how} ({share:.0%}); {version} finished {done} (its engines' counters)"
+        if result["mirrored"] is None:
+            observed += "; the gateway keeps no line per mirrored request"
         if problems:
             hint = (
                 "the gateway closed each mirrored request after its headers and the engine "

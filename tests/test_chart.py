@@ -301,3 +301,8 @@ def test_the_weighted_canarys_route_is_granted_by_name_and_reaches_the_config():
     kube = yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]
     assert (kube["route"], kube["route_rule"]) == ("chat", 1)
     assert (kube["stable_service"], kube["candidate_service"]) == ("vllm-stable", "vllm-canary")
+    assert "gateway_mirrors" not in kube  # shadow's mirror: only at the user's word
+    (cm,) = objects_of(
+        render({**TARGET, **route, "target.route.gatewayMirrors": "true"}), "ConfigMap"
+    )
+    assert yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]["gateway_mirrors"] is True

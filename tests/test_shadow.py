@@ -108,7 +108,8 @@ def test_shadow_served_names_what_the_candidate_could_not_serve():
     d = data(records)
     ok = shadow_result(mirrored=mirrored(40), candidate_finished={"length": 40})
     said = C.shadow_served(ok)(d)
-    assert status(said) == "pass" and said.observed.startswith("40 of 40 mirrored (100%)")
+    assert status(said) == "pass"
+    assert said.observed.startswith("the gateway mirrored 40 of 40 (100%)")
 
     refused = shadow_result(
         mirrored=mirrored(40, lambda i: "503" if i % 4 == 0 else "200"),
@@ -129,6 +130,32 @@ def test_shadow_served_names_what_the_candidate_could_not_serve():
     half = shadow_result(mirrored=mirrored(20), candidate_finished={"length": 20})
     assert "off its 100%" in C.shadow_served(half)(d).observed
     assert status(C.shadow_served(ok)(data([]))) == "inconclusive"
+
+
+@pytest.mark.unit
+def test_without_the_gateways_lines_the_share_is_the_candidate_engines_count():
+    """A cluster's gateway keeps no line per mirrored request: what the candidate's
+    engines took over the window is the share mirrored, and what they cut is named."""
+    from harness import checks as C
+
+    records = [rec(f"r{i}", sent=1001 + i * 0.2, version="v1", pod="p1") for i in range(40)]
+    d = data(records)
+    ok = shadow_result(mirrored=None, candidate_finished={"length": 38, "stop": 2})
+    said = C.shadow_served(ok)(d)
+    assert status(said) == "pass", said
+    assert said.observed.startswith("v2's engines took 40 of 40 (100%)")
+    assert "keeps no line per mirrored request" in said.observed
+
+    # a mirror that reached the candidate for a third of the window
+    few = shadow_result(mirrored=None, candidate_finished={"length": 13})
+    said = C.shadow_served(few)(d)
+    assert status(said) == "fail" and "took 13 of 40 (32%), off its 100%" in said.observed
+
+    # what it took and cut counts as taken, and is named
+    cut = shadow_result(mirrored=None, candidate_finished={"length": 30, "error": 10})
+    said = C.shadow_served(cut)(d)
+    assert status(said) == "fail" and "ended 10 error" in said.observed
+    assert "took 40 of 40" not in said.observed  # the share itself was right
 
 
 @pytest.mark.unit

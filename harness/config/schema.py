@@ -415,6 +415,11 @@ class Kube:
     # default; measured on kube-local: the old weights 1.6 s after Accepted). A weight
     # counts as applied this long after it was accepted
     route_settle_s: float = 3.0
+    # shadow: your gateway implements the HTTPRoute RequestMirror filter, where rollcheck
+    # cannot read it from its GatewayClass (status.supportedFeatures unlisted, or RBAC
+    # refusing to read the Gateway or the class). A gateway whose class lists its features
+    # without HTTPRouteRequestMirror is never sent a mirror, whatever this says
+    gateway_mirrors: bool = False
 
     def validate(self) -> None:
         if self.route and not (self.stable_service and self.candidate_service):

@@ -560,9 +560,15 @@ def _shadow_section(sh: dict | None) -> str:
     golden = sh.get("golden") or {}
     percent = sh.get("percent")
     share = f"{percent:g}% of the requests" if isinstance(percent, (int, float)) else "requests"
+    lines = sh.get("mirrored")
+    logged = (
+        f"{len(lines)} requests mirrored to"
+        if isinstance(lines, list)
+        else "The gateway keeps no line per mirrored request; mirrored to"
+    )
     return (
         f"<h2>Shadow: {_e(sh.get('version'))}, {_e(share)} mirrored</h2>"
-        f"<p>{_e(len(sh.get('mirrored') or []))} requests mirrored to "
+        f"<p>{_e(logged)} "
         f"{_e(', '.join(sh.get('candidate_pods') or []))}, their answers discarded; its engines "
         f"finished {_e(done)} (finished_reason, their own counters). Golden answers, asked "
         f"directly: {_e(str(golden.get('status', '')).upper())}.</p>"

@@ -316,3 +316,98 @@ def test_the_weighted_canary_through_a_real_gateway_splits_each_step_at_its_weig
     assert result["action"] == "promoted" and [s[0] for s in shares] == [10, 50, 100]
     assert route_spec(gateway_api, namespace) == created["spec"]
     wait_for(lambda: candidate_gone(kube_local, namespace), 60, "the candidate removed")
+
+
+def gateway_objects(custom, namespace: str, cls: str) -> None:
+    """A GatewayClass no controller serves, a Gateway of it, and a route "chat-objects"
+    over the two Services attached to that Gateway: objects alone."""
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "gatewayclasses",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "GatewayClass",
+            "metadata": {"name": cls},
+            "spec": {"controllerName": "example.com/no-controller"},
+        },
+    )
+    gateway = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Gateway",
+        "metadata": {"name": "objects-gateway"},
+        "spec": {
+            "gatewayClassName": cls,
+            "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}],
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gateways", gateway)
+    route = http_route()
+    route["metadata"]["name"] = "chat-objects"
+    route["spec"]["parentRefs"] = [{"name": "objects-gateway"}]
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, route)
+
+
+def test_shadow_mirrors_only_through_a_gateway_class_that_lists_the_mirror(
+    kube_local, namespace, weighted, gateway_api, tmp_path
+):
+    """A RequestMirror filter on a gateway that lacks it can fail every request of the
+    rule (Traefik v3.6 accepts the route and answers 500, docs/facts.md): shadow is
+    refused before acting unless the route's GatewayClass lists HTTPRouteRequestMirror
+    (Traefik's does not), or lists no features and kube.gateway_mirrors says so."""
+    custom = gateway_api
+
+    def blocker(*sets: str) -> str | None:
+        t = target(kube_local, namespace, tmp_path / str(len(list(tmp_path.iterdir()))), *sets)
+        t.start()
+        try:
+            return t.mirror_blocker()
+        finally:
+            t.close()
+
+    # Traefik's class lists its features, the mirror not among them: refused, whatever
+    # kube.gateway_mirrors says
+    for sets in (SETTINGS, (*SETTINGS, "kube.gateway_mirrors=true")):
+        said = blocker(*sets)
+        assert said is not None and "GatewayClass rollcheck-traefik" in said, said
+        assert "HTTPRouteRequestMirror is not among" in said, said
+    assert "shadow on a cluster mirrors by a Gateway API HTTPRoute" in blocker()
+
+    cls = f"rollcheck-objects-{namespace}"[:63]
+    on_objects = ("kube.route=chat-objects", *SETTINGS[1:])
+    try:
+        gateway_objects(custom, namespace, cls)
+        said = blocker(*on_objects)  # a class that lists nothing: the user's word decides
+        assert said is not None and f"GatewayClass {cls} lists no status.supportedFeatures" in said
+        assert "kube.gateway_mirrors=true" in said
+        assert blocker(*on_objects, "kube.gateway_mirrors=true") is None
+        features = [{"name": "HTTPRoute"}, {"name": "HTTPRouteRequestMirror"}]
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "gatewayclasses", cls, {"status": {"supportedFeatures": features}}
+        )
+        assert blocker(*on_objects) is None
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, "gatewayclasses", cls)
+    assert weights(custom, namespace) == [1, 0] and "filters" not in route_spec(custom, namespace)
+
+
+def test_shadow_through_traefik_is_skipped_with_the_reason_and_nothing_changed(
+    kube_local, namespace, weighted, gateway_api, tmp_path
+):
+    """`pytest -k shadow --target kube` through Traefik: SKIPPED with the line naming the
+    missing feature, the route as it was and no candidate made."""
+    created, gw = weighted
+    r, (summary,) = run_scenarios(
+        tmp_path / "reports",
+        "shadow",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={gw.url}",
+        *SETTINGS,
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+    assert summary["verdict"] == "skipped", summary
+    assert "HTTPRouteRequestMirror is not among" in summary["reason"], summary["reason"]
+    assert "SKIPPED" in r.stdout and "Traceback" not in r.stdout
+    assert route_spec(gateway_api, namespace) == created["spec"]
+    assert candidate_gone(kube_local, namespace)

@@ -57,6 +57,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $_ := set $kube "route_rule" (int .rule) -}}
 {{- $_ := set $kube "stable_service" .stableService -}}
 {{- $_ := set $kube "candidate_service" .candidateService -}}
+{{- if .gatewayMirrors -}}
+{{- $_ := set $kube "gateway_mirrors" true -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $config "kube" (mergeOverwrite (deepCopy (get $config "kube" | default dict)) $kube) -}}

@@ -9,6 +9,11 @@ before the first change and put back at the end.
 Whether the gateway applied a change is the gateway's to say: the route's status, each
 parent's Accepted condition with an observedGeneration at or after the change's
 generation (the Gateway API's contract for route status).
+
+Whether it can mirror at all is its GatewayClass's to say (status.supportedFeatures,
+Gateway API v1.2): a gateway that does not implement the RequestMirror filter may still
+accept the route and answer every request of the rule with an error (Traefik v3.6 answers
+500, docs/facts.md), so no mirror is written where the class does not list it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,17 @@ from harness.cluster.kube.common import _message
 from harness.cluster.target import TargetError
 
 GROUP, VERSION, PLURAL = "gateway.networking.k8s.io", "v1", "httproutes"
+MIRROR_FEATURE = "HTTPRouteRequestMirror"  # the Gateway API's name for the filter's support
+
+
+def feature_names(gateway_class: dict) -> set[str] | None:
+    """The features a GatewayClass (the API's JSON) says its gateway implements: v1.2's
+    status.supportedFeatures (objects with a name; plain names in the experimental
+    channel before it); None where its status lists none."""
+    listed = (gateway_class.get("status") or {}).get("supportedFeatures")
+    if not listed:
+        return None
+    return {f.get("name", "") if isinstance(f, dict) else str(f) for f in listed}
 
 
 def parents_accepted(route: dict, generation: int) -> bool | None:
@@ -96,6 +112,28 @@ class Route:
                 )
             found[want] = hits[0]
         return found[self.stable], found[self.candidate]
+
+    def gateway_classes(self) -> dict[str, tuple[str, set[str] | None]]:
+        """Each Gateway the route is attached to ("namespace/name"), with its GatewayClass
+        and the features that class lists (feature_names)."""
+        out = {}
+        for ref in (self.read().get("spec") or {}).get("parentRefs") or []:
+            if ref.get("group", GROUP) != GROUP or ref.get("kind", "Gateway") != "Gateway":
+                continue
+            ns, name = ref.get("namespace") or self.ns, ref["name"]
+            gateway = self._get(f"Gateway {ns}/{name}", "gateways", name, ns)
+            cls = (gateway.get("spec") or {}).get("gatewayClassName", "")
+            listed = feature_names(self._get(f"GatewayClass {cls}", "gatewayclasses", cls))
+            out[f"{ns}/{name}"] = (cls, listed)
+        return out
+
+    def _get(self, what: str, plural: str, name: str, namespace: str | None = None) -> dict:
+        try:
+            if namespace is None:
+                return self.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            raise TargetError(f"reading {what}: HTTP {exc.status} {_message(exc)}") from None
 
     def snapshot(self) -> dict:
         """What the rule holds now that rollcheck may change: its backendRefs and filters

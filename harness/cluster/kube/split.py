@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import CANDIDATE_LABEL, Cluster, Shared, _message
-from harness.cluster.kube.route import Route, route_of
+from harness.cluster.kube.route import MIRROR_FEATURE, Route, route_of
 from harness.cluster.target import TargetError
 
 ACCEPT_S = 60.0  # how long a change's acceptance is looked for
@@ -120,12 +120,13 @@ class WeightedSplit:
         self._route: Route | None = None
 
     # --- before acting -------------------------------------------------------------
-    def blocker(self) -> str | None:
-        """Why the weighted canary cannot run on this cluster as configured."""
+    def blocker(self, scenario: str = "weighted_canary") -> str | None:
+        """Why the weighted canary (or shadow) cannot run on this cluster as configured."""
         k = self.c.k
         if not k.route:
+            how = "moves" if scenario == "weighted_canary" else "mirrors by"
             return (
-                "weighted_canary on a cluster moves a Gateway API HTTPRoute's weights: set "
+                f"{scenario} on a cluster {how} a Gateway API HTTPRoute: set "
                 "kube.route (the HTTPRoute your gateway serves the model by), "
                 "kube.stable_service and kube.candidate_service (the two Services its rule's "
                 "backendRefs name)"
@@ -135,7 +136,7 @@ class WeightedSplit:
                 what = f"{resource} {name}" if name else resource
                 return (
                     f"RBAC: not allowed to {verb} {what} in namespace {self.c.ns}, needed "
-                    "by weighted_canary; set the chart's target.route (name, stableService, "
+                    f"by {scenario}; set the chart's target.route (name, stableService, "
                     "candidateService), which grants it"
                 )
         try:
@@ -170,6 +171,51 @@ class WeightedSplit:
                 "it; give it a label the baseline's pods lack (e.g. track: candidate)"
             )
         return None
+
+    def mirror_blocker(self) -> str | None:
+        """Why shadow cannot mirror on this cluster: the weighted canary's reasons, or a
+        gateway whose GatewayClass does not list the RequestMirror filter among its
+        features (one that lists none, or cannot be read, is taken at kube.gateway_mirrors'
+        word)."""
+        found = self.blocker("shadow")
+        if found:
+            return found
+        route = route_of(self.c)
+        danger = (
+            "a gateway without it may accept the filter and answer every request of the "
+            "rule with an error (Traefik v3.6 answers 500)"
+        )
+        try:
+            classes = route.gateway_classes()
+        except TargetError as exc:
+            unknown = str(exc)
+        else:
+            lacking = [
+                f"{gw} (GatewayClass {cls})"
+                for gw, (cls, listed) in classes.items()
+                if listed is not None and MIRROR_FEATURE not in listed
+            ]
+            if lacking:
+                return (
+                    f"the gateway serving {route.where}, {', '.join(lacking)}, does not "
+                    f"implement the RequestMirror filter ({MIRROR_FEATURE} is not among its "
+                    f"class's status.supportedFeatures); {danger}: shadow needs a gateway "
+                    "that mirrors"
+                )
+            silent = [f"GatewayClass {cls}" for cls, listed in classes.values() if listed is None]
+            if not classes:
+                unknown = f"{route.where} names no Gateway among its parentRefs"
+            elif not silent:
+                return None
+            else:
+                unknown = f"{', '.join(silent)} lists no status.supportedFeatures"
+        if self.c.k.gateway_mirrors:
+            return None
+        return (
+            f"cannot tell whether the gateway serving {route.where} implements the "
+            f"RequestMirror filter: {unknown}; {danger}. Set kube.gateway_mirrors=true if "
+            "yours implements it"
+        )
 
     def _selectors(self) -> tuple[dict, dict]:
         out = []

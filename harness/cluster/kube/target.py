@@ -248,7 +248,7 @@ class KubeTarget(Target):
             return
         self.actions.rollback_canary()
 
-    # --- weighted canary: a candidate Deployment and the user's HTTPRoute weights -----
+    # --- weighted canary and shadow: a candidate Deployment, the user's HTTPRoute -------
     def weight_blocker(self) -> str | None:
         return self.split.blocker()
 
@@ -275,6 +275,13 @@ class KubeTarget(Target):
     def set_weight(self, percent: float) -> None:
         self.cluster.action("canary_weight", version=self.split.version, percent=percent)
         self.split.set_weight(percent)
+
+    def mirror_blocker(self) -> str | None:
+        return self.split.mirror_blocker()
+
+    def set_mirror(self, percent: float) -> None:
+        self.cluster.action("mirror", version=self.split.version, percent=percent)
+        self.split.set_mirror(percent)
 
     def end_split(self) -> None:
         if self.shared.route or self.shared.candidate:
