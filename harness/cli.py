@@ -350,6 +350,13 @@ def _canary(sub: argparse._SubParsersAction) -> None:
         default=0.9,
         help="same mode: share of answers that must be identical (default 0.9)",
     )
+    p.add_argument(
+        "--agree-after-tokens",
+        type=int,
+        default=0,
+        help="same mode: an answer identical for its first N tokens agrees too, for an "
+        "engine whose greedy decoding is not batch-invariant (default 0: identical only)",
+    )
     p.add_argument("--model", default=None, help="model name to request (default: server's)")
     p.add_argument(
         "--concurrency",
@@ -376,6 +383,8 @@ def _run_canary(ns: argparse.Namespace) -> int:
             raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
     if not 0 <= ns.min_agreement <= 1:
         raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
+    if ns.agree_after_tokens < 0:
+        raise UsageError(f"--agree-after-tokens must be at least 0, not {ns.agree_after_tokens}")
     _positive_seconds(ns, "stall_timeout")
     if ns.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -398,7 +407,13 @@ def _run_canary(ns: argparse.Namespace) -> int:
         )
         for url in (ns.baseline, ns.candidate)
     ]
-    result = canary.compare(prompts, *answers, mode=ns.mode, min_agreement=ns.min_agreement)
+    result = canary.compare(
+        prompts,
+        *answers,
+        mode=ns.mode,
+        min_agreement=ns.min_agreement,
+        agree_after=ns.agree_after_tokens,
+    )
     print(canary.format_table(result))
     if ns.out:
         write_atomic(ns.out / "canary.json", _json.dumps(result.to_dict(), indent=2) + "\n")

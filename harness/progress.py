@@ -69,7 +69,7 @@ def _action(e) -> str | None:
 
 ACTION_LINES: dict[str, Callable] = {
     "rollout": lambda e, d: (
-        f"act: a weighted canary of {d.get('to_version')}: one replica, no traffic yet"
+        f"act: a candidate of {d.get('to_version')} beside the baseline: one replica, no traffic yet"
         if d.get("weighted")
         else f"act: a canary of {d.get('to_version')}, held at one replica until judged"
         if d.get("canary")

@@ -39,7 +39,9 @@ def test_canary(scenario):
     asked_at = time.time()
     candidate = scenario.ask(canary_pod, prompts)
     serving = pods_ready_of(scenario.target.events(), version, asked_at, time.time())
-    result = canary.compare(prompts, baseline, candidate, cfg.mode, cfg.min_agreement)
+    result = canary.compare(
+        prompts, baseline, candidate, cfg.mode, cfg.min_agreement, cfg.agree_after_tokens
+    )
 
     # promote (the rollout goes on), or roll back (the baseline's template)
     if result.status == "pass":

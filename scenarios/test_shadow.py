@@ -59,7 +59,12 @@ def test_shadow(scenario):
             stage="disruption",
         )
     golden = canary.compare(
-        prompts, baseline, scenario.ask(ready[0], prompts), cfg.mode, cfg.min_agreement
+        prompts,
+        baseline,
+        scenario.ask(ready[0], prompts),
+        cfg.mode,
+        cfg.min_agreement,
+        cfg.agree_after_tokens,
     )
 
     # the mirror, for the window; the engines' histograms read before and after

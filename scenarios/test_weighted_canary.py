@@ -49,7 +49,12 @@ def test_weighted_canary(scenario):
     target.start_candidate(version, engine, cfg.stable_selects_candidate)
     candidate_pod = scenario.wait_version_ready(version, cfg.ready_s)
     golden = canary.compare(
-        prompts, baseline, scenario.ask(candidate_pod, prompts), cfg.mode, cfg.min_agreement
+        prompts,
+        baseline,
+        scenario.ask(candidate_pod, prompts),
+        cfg.mode,
+        cfg.min_agreement,
+        cfg.agree_after_tokens,
     )
 
     # the steps, each judged live on the streams seen so far; the first that fails ends them

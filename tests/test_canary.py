@@ -65,6 +65,35 @@ def test_one_token_different_is_a_divergence_at_that_token():
 
 
 @pytest.mark.unit
+def test_a_late_flip_agrees_after_n_tokens_and_other_weights_still_fail():
+    """An engine that is not batch-invariant flips a near-tie token late (real vLLM on
+    CPU: tokens 9 to 38); other weights differ from the first token."""
+
+    def flipped_at(token):
+        def make(i):
+            a = good_answer(i)
+            if i % 2:
+                a[token] = " lorem"
+            return a
+
+        return make
+
+    late = answers(flipped_at(12))  # 3 of 6 flipped at token 12
+    assert compare(PROMPTS, BASE, late, "same", min_agreement=0.9).status == "fail"
+    r = compare(PROMPTS, BASE, late, "same", min_agreement=0.9, agree_after=8)
+    assert r.status == "pass" and r.agreement == 1.0, r.reasons
+    assert r.observed == "6 of 6 answers identical (or for their first 8 tokens)"
+    assert r.worst()[0].differed.startswith("identical for 12 tokens, then ")
+    # a flip before the N-th token still counts against the candidate
+    early = compare(PROMPTS, BASE, answers(flipped_at(3)), "same", 0.9, agree_after=8)
+    assert early.status == "fail" and early.agreement == 0.5
+    # other weights: every answer differs from its first token
+    other = answers(lambda i: [" lorem"] + good_answer(i)[1:])
+    r = compare(PROMPTS, BASE, other, "same", min_agreement=0.6, agree_after=8)
+    assert r.status == "fail" and r.agreement == 0.0
+
+
+@pytest.mark.unit
 def test_empty_answers_fail_new_weights():
     r = compare(PROMPTS, BASE, answers(lambda i: []), "new")
     assert r.status == "fail"
