@@ -154,6 +154,7 @@ NOT_USER_ERRORS = {
     "harness.signals.Terminated",  # SIGTERM, unwound like Ctrl-C
     "harness.sim.app.BadRequest",  # the simulator's own 400s, on the wire
     "harness.sim.adapters.AdapterError",  # the simulator's adapter refusals, on the wire
+    "harness.sim.pd.PrefillFailed",  # the simulated sidecar's failed prefill, on the wire
     "harness.streams.sse.EventTooLarge",  # judged: the stream is not_sse, never raised out
 }
 

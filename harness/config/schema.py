@@ -96,7 +96,13 @@ REAL_ENGINE_DEFAULTS = {
         "step_max_s": 300,
         "min_samples": 10,
     },
+    # the load holds the baseline at its batch limit (4 users, max_num_seqs 4), closed
+    # loop; a mirror of every request feeds the candidate the same rate open loop, on the
+    # same two cores, so any shortfall queues: 100% mirrored gave the candidate a TTFT
+    # median of 1.5 s and 5-7.5 s against the baseline's 0.17 s (docs/facts.md). Half the
+    # requests leave it the headroom a shadow on a machine of its own has
     "shadow": {
+        "percent": 50,
         "min_agreement": 0.6,
         "agree_after_tokens": 8,
         "ready_s": 600,

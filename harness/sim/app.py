@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from harness.quantiles import quantile_of_sorted
 from harness.sim import text
 from harness.sim.adapters import AdapterError, Adapters
+from harness.sim.pd import KV_PATH, PD, PrefillFailed, mixed_weights
 from harness.sim.settings import FAULT_KINDS, SimSettings
 
 Scope = dict
@@ -104,6 +105,7 @@ class Fault:
     kind: str
     after_tokens: int = 0
     status: int = 503
+    message: str = "injected engine error"
 
 
 def parse_fault(value: str) -> Fault:
@@ -548,6 +550,9 @@ class Request:
     fault: Fault | None
     model: str = ""  # the model the request named: the base model's name or an adapter's
     adapter: tuple[int, str] | None = None  # its adapter's id and weights
+    data: dict = field(default_factory=dict)  # the body as sent (a P/D sidecar passes it on)
+    kv_transfer_params: dict | None = None  # P/D: what the sidecar asks of this engine
+    remote_kv: bool = False  # decoded from a KV another engine computed
 
 
 def parse_request(
@@ -614,6 +619,10 @@ def parse_request(
         fault=fault,
         model=model,
         adapter=adapter,
+        data=data,
+        kv_transfer_params=data.get("kv_transfer_params")
+        if isinstance(data.get("kv_transfer_params"), dict)
+        else None,
     )
 
 
@@ -623,6 +632,8 @@ class SimApp:
         self.engine = Engine(settings, on_exit)
         self.fingerprint = f"fp_{settings.model_version}"
         self.adapters = Adapters(settings.model, settings.stale_lora_reload)
+        weights = settings.weights or settings.model_version
+        self.pd = PD(settings, weights) if settings.pd_role else None
 
     def _authorized(self, scope: Scope) -> bool:
         key = self.s.api_key or os.environ.get("VLLM_API_KEY", "")
@@ -638,6 +649,10 @@ class SimApp:
         try:
             if path in ("/health", "/ping"):
                 await self._health(send)
+            elif self.pd is not None and path.startswith(KV_PATH) and method == "GET":
+                # the P/D side channel (NIXL's handshake and read), no API key
+                status, obj = self.pd.read(path[len(KV_PATH) :])
+                await _respond_json(send, status, obj)
             elif path.startswith("/v1") and not self._authorized(scope):
                 # vLLM's middleware: a bare {"error": "Unauthorized"} with 401
                 await _respond_json(send, 401, {"error": "Unauthorized"})
@@ -748,6 +763,19 @@ class SimApp:
         weights = self.s.weights or self.s.model_version
         if req.adapter is not None:  # the adapter's weights over the base model's
             weights += f"+lora:{req.adapter[1]}"
+        extra: dict = {}
+        if self.pd is not None:
+            try:
+                weights, fault, extra = await self._pd(req, scope["path"], headers, weights, fault)
+            except PrefillFailed as exc:
+                # llm-d's sidecar: the prefill's status, no body (502 where none came)
+                _log(f"P/D {req.request_id}: {exc.why}")
+                await _respond(send, exc.status, b"")
+                return
+            if fault is not None and fault.kind == "error_event" and not req.stream:
+                err = error_body(500, fault.message, "InternalServerError")
+                await _respond(send, 500, err)
+                return
         tokens, finish = text.answer(
             req.prompt,
             req.seed + self.s.seed,
@@ -777,11 +805,41 @@ class SimApp:
                     self, req, stream, tokens, finish, fault, send, disconnected
                 ).run()
             else:
-                await self._unary(req, stream, tokens, finish, send)
+                await self._unary(req, stream, tokens, finish, send, extra)
         finally:
             watcher.cancel()
             self.engine.streams.discard(stream)
             self.engine.maybe_exit()
+
+    async def _pd(
+        self, req: Request, path: str, headers: dict, weights: str, fault: Fault | None
+    ) -> tuple[str, Fault | None, dict]:
+        """A P/D engine's part in a request (harness/sim/pd.py): the prefill role holds
+        its KV and names it in the answer; the decode role prefills it at the prefill
+        Service (unless the params name a KV already) and reads the KV. The weights the
+        answer comes from, the fault a failed read makes, and what the answer carries."""
+        pd, params = self.pd, req.kv_transfer_params or {}
+        if self.s.pd_role == "prefill":
+            if params.get("do_remote_decode"):
+                return (
+                    weights,
+                    fault,
+                    {"kv_transfer_params": pd.hold(req.request_id, text.prompt_tokens(req.prompt))},
+                )
+            return weights, fault, {}
+        if not params.get("do_remote_prefill"):
+            params = await pd.prefill(path, req.data, headers)
+        loaded = await pd.load(params)
+        name = ("chatcmpl-" if req.chat else "cmpl-") + req.request_id
+        if loaded.weights is not None:
+            req.remote_kv = True
+            _log(f"P/D {name}: KV from {loaded.remote} (weights {loaded.weights})")
+            return mixed_weights(loaded.weights, weights), fault, {}
+        if self.s.pd_kv_load_failure == "recompute":
+            _log(f"P/D {name}: {loaded.why}; its prefill computed here again")
+            return weights, fault, {}
+        _log(f"P/D {name}: {loaded.why}; the request fails (kv_load_failure_policy fail)")
+        return weights, Fault("error_event", after_tokens=0, message="Internal server error"), {}
 
     def _chunk(
         self, req: Request, created: int, choice: dict | None, terminal: bool = False, **extra
@@ -826,6 +884,8 @@ class SimApp:
         return choice
 
     def _first_token_delay_s(self, req: Request) -> float:
+        if req.remote_kv:  # prefilled elsewhere: the decode's first step only
+            return self.s.itl_s
         prefill = self.s.prefill_s_per_1k_tokens * text.prompt_tokens(req.prompt) / 1000
         return self.s.ttft_s + prefill
 
@@ -834,7 +894,7 @@ class SimApp:
             return self.s.itl_s + self.engine.rng.uniform(0, self.s.itl_jitter_s)
         return self.s.itl_s
 
-    async def _unary(self, req, stream, tokens, finish, send) -> None:
+    async def _unary(self, req, stream, tokens, finish, send, extra: dict | None = None) -> None:
         engine = self.engine
         admitted = stream.ending is None and await engine.admit(stream)
         try:
@@ -870,6 +930,7 @@ class SimApp:
                 "system_fingerprint": self.fingerprint,
                 "choices": [choice],
                 "usage": usage,
+                **(extra or {}),
             }
             engine.metrics.success(finish)
             engine.metrics.generation_tokens += len(tokens)
@@ -1007,7 +1068,7 @@ class StreamAnswer:
         if not self.midstream or self.sent_tokens != fault.after_tokens or self._decode.over():
             return False
         if fault.kind == "error_event":
-            err = {"message": "injected engine error", "type": "InternalServerError"}
+            err = {"message": fault.message, "type": "InternalServerError"}
             err.update(param=None, code=500)
             await self.emit(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
             await self.emit(DONE)

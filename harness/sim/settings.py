@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 SHUTDOWN_MODES = ("race", "error_event", "hang", "abort", "legacy")
 DRAIN_NEW_REQUESTS = ("500", "abort", "503")
 FAULT_KINDS = ("http_error", "error_event", "stall", "crash")
+PD_ROLES = ("", "prefill", "decode")
+KV_LOAD_FAILURE = ("fail", "recompute")  # vLLM's kv_transfer_config.kv_load_failure_policy
 
 
 @dataclass
@@ -64,6 +66,15 @@ class SimSettings:
     # VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
     runtime_lora: bool = False
     stale_lora_reload: bool = False
+    # prefill/decode disaggregation (harness/sim/pd.py): the engine's role, and the decode
+    # side's routing sidecar (llm-d's) and KV read (vLLM's NIXL connector)
+    pd_role: str = ""
+    pd_prefill_url: str = ""
+    pd_kv_layout: str = "bfloat16"
+    pd_handshake_weights: bool = False
+    pd_kv_load_failure: str = "fail"
+    pd_prefill_timeout_s: float = 0.0
+    pd_kv_lease_s: float = 480.0
 
     def validate(self) -> None:
         if self.shutdown_mode not in SHUTDOWN_MODES:
@@ -82,6 +93,12 @@ class SimSettings:
             raise ValueError("need 0 <= min_answer_tokens <= max_answer_tokens")
         if self.memory_mb_per_1k_tokens < 0:
             raise ValueError("memory_mb_per_1k_tokens must not be negative")
+        if self.pd_role not in PD_ROLES:
+            raise ValueError(f"pd_role must be one of {', '.join(map(repr, PD_ROLES))}")
+        if self.pd_role == "decode" and not self.pd_prefill_url.startswith(("http://", "https://")):
+            raise ValueError("pd_role decode needs pd_prefill_url, the prefill Service's http URL")
+        if self.pd_kv_load_failure not in KV_LOAD_FAILURE:
+            raise ValueError(f"pd_kv_load_failure must be one of {', '.join(KV_LOAD_FAILURE)}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith(("_s", "_rate")) and value < 0:
@@ -138,6 +155,20 @@ _HELP = {
     "naming a loaded adapter, as vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING",
     "stale_lora_reload": "an adapter reloaded in place keeps answering with its old weights "
     "(an engine that caches adapters by id)",
+    "pd_role": "prefill/decode disaggregation: prefill (hold each request's KV for a decode "
+    "to read) or decode (prefill each request at --pd-prefill-url first, then decode from "
+    "the KV read there, as llm-d's routing sidecar and vLLM's NIXL connector do)",
+    "pd_prefill_url": "decode: the prefill Service's URL the sidecar sends each prefill to",
+    "pd_kv_layout": "the KV's dtype and layout in the P/D handshake: engines that differ "
+    "refuse each other's KV (the weights are not compared)",
+    "pd_handshake_weights": "decode: the handshake compares the weights too, so a KV other "
+    "weights computed is refused (a revision-aware set-up)",
+    "pd_kv_load_failure": "decode: a KV that cannot be read or is refused fails the request "
+    "(fail: an in-stream error, vLLM's default) or is computed again here (recompute)",
+    "pd_prefill_timeout_s": "decode: how long the sidecar waits for a prefill (0: for ever, "
+    "as llm-d's sidecar)",
+    "pd_kv_lease_s": "prefill: how long a KV is held for its decode "
+    "(VLLM_NIXL_ABORT_REQUEST_TIMEOUT)",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",
     "fault_http_status": "status of injected HTTP errors (429, 500, 503, ...)",
     "fault_error_event_rate": "share of streams that get an error event after N tokens",

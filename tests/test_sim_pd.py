@@ -1,0 +1,152 @@
+"""The simulator's prefill/decode roles (harness/sim/pd.py), as real processes on real
+sockets: a decode engine behind its routing sidecar prefills each request at the prefill
+Service, reads the KV from the prefill engine named in the answer, and decodes on from
+it. A KV computed by other weights of the same shape passes the handshake (vLLM's NIXL
+hash leaves the weights out) and gives an answer that is neither version's; the
+revision-aware set-up refuses it; a prefill that is gone, refused or too slow is the
+client's error, never a hang."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from harness.sim.pd import mixed_weights
+
+pytestmark = pytest.mark.process
+
+PROMPT = [{"role": "user", "content": "what does a rollout do to a stream?"}]
+
+
+def ask(url: str, stream: bool = True, timeout: float = 20.0) -> tuple[int, str, list]:
+    """The status, the answer's text and its SSE data lines (the events after the text)."""
+    body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 24, "stream": stream}
+    with httpx.Client(timeout=timeout) as c:
+        r = c.post(url + "/v1/chat/completions", json=body)
+        if not stream:
+            if r.status_code != 200:
+                return r.status_code, r.text, []
+            return 200, r.json()["choices"][0]["message"]["content"], []
+        data = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    pieces = []
+    for d in data:
+        if d == "[DONE]":
+            continue
+        obj = json.loads(d)
+        for ch in obj.get("choices") or []:
+            pieces.append((ch.get("delta") or {}).get("content") or "")
+    return r.status_code, "".join(pieces), data
+
+
+def test_a_decode_answers_as_its_version_from_a_kv_its_own_weights_computed(sim_factory):
+    """Same weights on both roles: the answer is the version's own (as one engine's), and
+    each KV is read once."""
+    plain = sim_factory(model_version="v1")
+    prefill = sim_factory(model_version="v1", pd_role="prefill")
+    decode = sim_factory(model_version="v1", pd_role="decode", pd_prefill_url=prefill.url)
+    status, want, _ = ask(plain.url)
+    assert status == 200 and want
+    for stream in (True, False):
+        status, got, _ = ask(decode.url, stream=stream)
+        assert (status, got) == (200, want)
+    # the prefill held the KV and gave it once: a second read is refused
+    body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 1}
+    body["kv_transfer_params"] = {"do_remote_decode": True}
+    r = httpx.post(prefill.url + "/v1/chat/completions", json=body, timeout=10).json()
+    params = r["kv_transfer_params"]
+    assert params["do_remote_prefill"] is True and params["remote_port"] == prefill.settings.port
+    kv = f"{prefill.url}/rollcheck/kv/{params['remote_request_id']}"
+    assert httpx.get(kv, timeout=5).json()["weights"] == "v1"
+    assert httpx.get(kv, timeout=5).status_code == 404
+
+
+def test_a_kv_of_other_weights_gives_an_answer_of_neither_version(sim_factory):
+    """A new prefill (v2's weights, same shape) and an old decode (v1): the handshake
+    passes, and the answer matches neither v1's nor v2's: built from two models."""
+    v1 = sim_factory(model_version="v1")
+    v2 = sim_factory(model_version="v2")
+    prefill_v2 = sim_factory(model_version="v2", pd_role="prefill")
+    decode_v1 = sim_factory(model_version="v1", pd_role="decode", pd_prefill_url=prefill_v2.url)
+    answers = {v: ask(s.url)[1] for v, s in (("v1", v1), ("v2", v2))}
+    status, mixed, data = ask(decode_v1.url)
+    assert status == 200 and data[-1] == "[DONE]"  # a complete stream, nothing errored
+    assert mixed and mixed not in answers.values(), (mixed, answers)
+    assert answers["v1"] != answers["v2"]
+    assert mixed_weights("v2", "v1") != "v1" and mixed_weights("v1", "v1") == "v1"
+
+
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_the_revision_aware_handshake_refuses_a_kv_of_other_weights(sim_factory, policy):
+    """With the weights in the handshake the mixed KV is refused: the request fails as
+    vLLM's kv_load_failure_policy fail fails it (an in-stream error, then [DONE]), or is
+    prefilled again by the decode (recompute) and answered as its own version."""
+    v1 = sim_factory(model_version="v1")
+    prefill_v2 = sim_factory(model_version="v2", pd_role="prefill", pd_handshake_weights=True)
+    decode_v1 = sim_factory(
+        model_version="v1",
+        pd_role="decode",
+        pd_prefill_url=prefill_v2.url,
+        pd_handshake_weights=True,
+        pd_kv_load_failure=policy,
+    )
+    status, got, data = ask(decode_v1.url)
+    assert status == 200
+    if policy == "fail":
+        errors = [json.loads(d)["error"] for d in data if d.startswith('{"error"')]
+        assert [e["message"] for e in errors] == ["Internal server error"], data
+        assert data[-1] == "[DONE]"
+        assert ask(decode_v1.url, stream=False)[0] == 500
+    else:
+        assert got == ask(v1.url)[1]
+
+
+def test_a_kv_layout_the_decode_does_not_share_fails_the_handshake(sim_factory):
+    prefill = sim_factory(pd_role="prefill", pd_kv_layout="fp8")
+    decode = sim_factory(pd_role="decode", pd_prefill_url=prefill.url)
+    status, _, data = ask(decode.url)
+    assert status == 200 and any("Internal server error" in d for d in data), data
+
+
+def test_a_prefill_that_is_gone_or_refuses_is_the_clients_error(sim_factory):
+    """The sidecar passes the prefill's status on with no body; a prefill nobody answers
+    is a 502; both at once, not a hang."""
+    decode = sim_factory(pd_role="decode", pd_prefill_url="http://127.0.0.1:9")
+    t0 = time.monotonic()
+    status, body, _ = ask(decode.url)
+    assert (status, body) == (502, "") and time.monotonic() - t0 < 5
+    refusing = sim_factory(pd_role="prefill", fault_http_error_rate=1.0, fault_http_status=503)
+    decode = sim_factory(pd_role="decode", pd_prefill_url=refusing.url)
+    assert ask(decode.url)[:2] == (503, "")
+
+
+def test_a_hung_prefill_holds_the_request_unless_the_sidecar_has_a_timeout(sim_factory):
+    """llm-d's sidecar sets no timeout on the prefill: a prefill that never answers holds
+    the client's request for as long as the client waits. With pd_prefill_timeout_s the
+    decode side answers 502 then."""
+    hung = sim_factory(pd_role="prefill", ttft_s=3600)
+    patient = sim_factory(pd_role="decode", pd_prefill_url=hung.url)
+    with pytest.raises(httpx.ReadTimeout):
+        ask(patient.url, timeout=2.0)
+    bounded = sim_factory(pd_role="decode", pd_prefill_url=hung.url, pd_prefill_timeout_s=1.0)
+    t0 = time.monotonic()
+    assert ask(bounded.url, timeout=20.0)[0] == 502
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_prefill_killed_after_its_prefill_fails_the_decodes_read(sim_factory):
+    """The prefill answered, then died before the decode read its KV: the read fails and
+    so does the request (kv_load_failure_policy fail), at once."""
+    prefill = sim_factory(pd_role="prefill")
+    decode = sim_factory(pd_role="decode", pd_prefill_url=prefill.url)
+    body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 1}
+    body["kv_transfer_params"] = {"do_remote_decode": True}
+    params = httpx.post(prefill.url + "/v1/chat/completions", json=body, timeout=10).json()
+    prefill.proc.kill()
+    prefill.proc.wait(10)
+    ask_body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 8, "stream": True}
+    ask_body["kv_transfer_params"] = params["kv_transfer_params"]
+    r = httpx.post(decode.url + "/v1/chat/completions", json=ask_body, timeout=20)
+    assert r.status_code == 200 and "Internal server error" in r.text and "[DONE]" in r.text
