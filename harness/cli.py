@@ -741,6 +741,13 @@ def _kube_local(sub: argparse._SubParsersAction) -> None:
         help="serve this Service through an nginx ingress fed by its EndpointSlices",
     )
     p.add_argument(
+        "--gateway-api",
+        action="store_true",
+        help="also run a Gateway API implementation (Traefik, scripts/build-traefik) serving "
+        "--namespace's Gateway inference-gateway: the HTTPRoutes attached to it, for "
+        "weighted_canary (kube.route)",
+    )
+    p.add_argument(
         "--vllm",
         action="store_true",
         help="also run real vLLM (scripts/build-vllm's CPU build) as the Deployment vllm, "
@@ -769,6 +776,7 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
         NodeError,
         ScalersError,
     )
+    from harness.cluster.kubelocal.gateway import GatewayError
     from harness.cluster.kubelocal.image import PAUSE
     from harness.engines.vllm import EngineUnavailable
 
@@ -810,12 +818,29 @@ def _run_kube_local(ns: argparse.Namespace) -> int:
             print("keda: operator and metrics API server (external.metrics.k8s.io)", flush=True)
         if ns.service:
             print(f"gateway: {kl.ingress(ns.service, ns.namespace).url}", flush=True)
+        if ns.gateway_api:
+            gw = kl.gateway(ns.namespace)
+            print(
+                f"gateway API: Traefik serves Gateway {ns.namespace}/inference-gateway at "
+                f"{gw.url} (HTTPRoutes name it in parentRefs); weighted_canary: --set "
+                f"kube.gateway_url={gw.url} --set 'kube.gateway_log_files=[{gw.access_log}]' "
+                "--set kube.route=ROUTE --set kube.stable_service=S --set "
+                "kube.candidate_service=C",
+                flush=True,
+            )
         if ns.vllm:
             _kube_local_vllm(kl, ns.namespace, ns.vllm_shutdown_timeout)
         print("Ctrl-C stops the control plane and every pod", flush=True)
         while True:
             time.sleep(1)
-    except (ControlPlaneError, ImageError, NodeError, ScalersError, EngineUnavailable) as exc:
+    except (
+        ControlPlaneError,
+        ImageError,
+        NodeError,
+        ScalersError,
+        EngineUnavailable,
+        GatewayError,
+    ) as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt as exc:
         print("stopping: control plane and pods", flush=True)

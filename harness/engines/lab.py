@@ -90,6 +90,7 @@ def engine_command(
     max_num_queued_reqs: int = 0,
     log_requests: bool = False,
     lora: bool = False,
+    pd: PD | None = None,
 ) -> tuple[list[str], dict]:
     """The command and environment of one engine of the kind, the same flags for both.
     vLLM runs with --enforce-eager: torch.compile changes none of what these tests observe
@@ -99,10 +100,21 @@ def engine_command(
         extra = ("--max-num-queued-reqs", str(max_num_queued_reqs)) if max_num_queued_reqs else ()
         extra += ("--enable-log-requests",) if log_requests else ()
         extra += vllm.LORA_FLAGS if lora else ()
+        env = dict(os.environ, **vllm.serve_env(core), **(vllm.LORA_ENV if lora else {}))
+        served = vllm.model_dir(*model)
+        if pd is not None:  # NIXL over UCX's TCP transport, the KV in host memory
+            kv = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+            extra += ("--kv-transfer-config", json.dumps(kv))
+            env |= {
+                "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(pd.side_port),
+                "UCX_TLS": "tcp,self,sm",
+            }
+            served = pd.serve_as(served)
         cmd = vllm.serve_command(
             "127.0.0.1",
             port,
-            vllm.model_dir(*model),
+            served,
             MODEL,
             shutdown_timeout_s=shutdown_timeout_s,
             max_num_seqs=max_num_seqs,
@@ -110,7 +122,7 @@ def engine_command(
             extra=extra,
             eager=True,
         )
-        return cmd, dict(os.environ, **vllm.serve_env(core), **(vllm.LORA_ENV if lora else {}))
+        return cmd, env
     cmd = [sys.executable, "-m", "harness.cli", "sim", "--port", str(port)]
     cmd += ["--model", MODEL, "--max-num-seqs", str(max_num_seqs)]
     cmd += ["--max-model-len", str(MAX_MODEL_LEN)]
@@ -118,7 +130,31 @@ def engine_command(
     cmd += ["--itl-s", "0.015", "--max-num-queued-reqs", str(max_num_queued_reqs)]
     cmd += ["--enable-log-requests"] if log_requests else []
     cmd += ["--runtime-lora"] if lora else []
+    if pd is not None:  # the weights by seed, as vLLM's model_dir builds them
+        cmd += ["--model-version", f"seed{model[1]}", "--pd-role", pd.role]
+        cmd += ["--pd-prefill-url", pd.prefill_url] if pd.prefill_url else []
     return cmd, dict(os.environ)
+
+
+@dataclass
+class PD:
+    """An engine's part in prefill/decode disaggregation (vLLM: the NixlConnector)."""
+
+    role: str  # prefill or decode
+    side_port: int  # vLLM: the NIXL side channel's port
+    link_dir: Path  # vLLM: the model is served as `<link_dir>/model`, a link to it
+    prefill_url: str = ""  # the simulator's decode: where its sidecar prefills
+
+    def serve_as(self, model: Path) -> Path:
+        """One model path for every engine whatever its weights: the handshake hashes the
+        path, so weights of one shape under one path pass it, as a rollout that keeps the
+        model's name does (docs/facts.md)."""
+        self.link_dir.mkdir(parents=True, exist_ok=True)
+        link = self.link_dir / "model"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(model)
+        return Path("model")
 
 
 def start_engine(
@@ -141,9 +177,11 @@ def _start(kind: str, log_dir: Path, **flags) -> Engine:
     port = free_port()
     cmd, env = engine_command(kind, port, **flags)
     log = log_dir / f"{kind}-{port}.log"
+    pd = flags.get("pd")
+    cwd = pd.link_dir if pd is not None and kind == "vllm" else None  # its model, relative
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd
         )
     engine = Engine(kind, port, proc, log)
 

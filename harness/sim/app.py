@@ -828,6 +828,8 @@ class SimApp:
                 )
             return weights, fault, {}
         if not params.get("do_remote_prefill"):
+            if not self.s.pd_prefill_url:  # the engine alone, asked directly: its own prefill
+                return weights, fault, {}
             params = await pd.prefill(path, req.data, headers)
         loaded = await pd.load(params)
         name = ("chatcmpl-" if req.chat else "cmpl-") + req.request_id

@@ -95,8 +95,10 @@ class SimSettings:
             raise ValueError("memory_mb_per_1k_tokens must not be negative")
         if self.pd_role not in PD_ROLES:
             raise ValueError(f"pd_role must be one of {', '.join(map(repr, PD_ROLES))}")
-        if self.pd_role == "decode" and not self.pd_prefill_url.startswith(("http://", "https://")):
-            raise ValueError("pd_role decode needs pd_prefill_url, the prefill Service's http URL")
+        if self.pd_prefill_url and not self.pd_prefill_url.startswith(("http://", "https://")):
+            raise ValueError(f"pd_prefill_url is an http URL, not {self.pd_prefill_url!r}")
+        if self.pd_prefill_url and self.pd_role != "decode":
+            raise ValueError("pd_prefill_url is the decode role's (pd_role decode)")
         if self.pd_kv_load_failure not in KV_LOAD_FAILURE:
             raise ValueError(f"pd_kv_load_failure must be one of {', '.join(KV_LOAD_FAILURE)}")
         for f in fields(self):
@@ -158,7 +160,9 @@ _HELP = {
     "pd_role": "prefill/decode disaggregation: prefill (hold each request's KV for a decode "
     "to read) or decode (prefill each request at --pd-prefill-url first, then decode from "
     "the KV read there, as llm-d's routing sidecar and vLLM's NIXL connector do)",
-    "pd_prefill_url": "decode: the prefill Service's URL the sidecar sends each prefill to",
+    "pd_prefill_url": "decode: the prefill Service's URL its routing sidecar sends each "
+    "prefill to (unset: the decode engine alone, which reads the KV a request's "
+    "kv_transfer_params name and prefills the others itself)",
     "pd_kv_layout": "the KV's dtype and layout in the P/D handshake: engines that differ "
     "refuse each other's KV (the weights are not compared)",
     "pd_handshake_weights": "decode: the handshake compares the weights too, so a KV other "

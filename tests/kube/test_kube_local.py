@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from kubernetes import client
 
@@ -310,8 +311,9 @@ def _running(pid: int) -> bool:
 
 def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_local):
     """`rollcheck kube-local` installed its own handler over harness.signals and exited 0;
-    now SIGTERM stops the control plane, the node and its pod, then exits 143: nothing
-    listening, and no process, container, bridge, rule or mount left."""
+    now SIGTERM stops the control plane, the node and its pod (and the Gateway API
+    implementation --gateway-api started), then exits 143: nothing listening, and no
+    process, container, bridge, rule or mount left."""
     import json
     import re
     import signal
@@ -327,7 +329,8 @@ def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_lo
     run_dir = Path("kl")  # relative, as `rollcheck kube-local` defaults to
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "kube-local", "--nodes", "1",
-         "--run-dir", str(run_dir), "--apply", str(ROOT / "deploy/sim/sim.yaml")],
+         "--run-dir", str(run_dir), "--apply", str(ROOT / "deploy/sim/sim.yaml"),
+         "--gateway-api"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         cwd=tmp_path,
     )  # fmt: skip
@@ -338,6 +341,11 @@ def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_lo
         seen.append(line)
     config = next(x for x in seen if x.startswith("kubeconfig:")).split(":", 1)[1].strip()
     port = int(re.search(r"server: https://127\.0\.0\.1:(\d+)", Path(config).read_text()).group(1))
+    # --gateway-api: Traefik serves the namespace's Gateway (no route yet: its own 404)
+    said = next(x for x in seen if x.startswith("gateway API:"))
+    gw_url = re.search(r"at (http://\S+) ", said).group(1)
+    assert "kube.gateway_url=" + gw_url in said and "kube.gateway_log_files=" in said
+    assert httpx.get(gw_url + "/v1/models", timeout=10).status_code == 404
     core = client.CoreV1Api(kconfig.new_client_from_config(config))
     wait_for(
         lambda: sum(is_ready(p) for p in core.list_namespaced_pod("default").items) == 2,
@@ -356,6 +364,9 @@ def test_the_command_stops_everything_at_sigterm_and_exits_143(tmp_path, kube_lo
     assert proc.returncode == 143, err[-2000:]
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the API server still listens"
+    with socket.socket() as s:
+        gw_port = int(gw_url.rsplit(":", 1)[1])
+        assert s.connect_ex(("127.0.0.1", gw_port)) != 0, "Traefik still listens"
     assert _left(traces) == {"processes": [], "bridges": [], "rules": [], "mounts": []}
     assert not list(PID_DIR.glob(f"kube-node-{proc.pid}-*.json"))  # nothing to clean next time
 
