@@ -150,3 +150,23 @@ def test_a_prefill_killed_after_its_prefill_fails_the_decodes_read(sim_factory):
     ask_body["kv_transfer_params"] = params["kv_transfer_params"]
     r = httpx.post(decode.url + "/v1/chat/completions", json=ask_body, timeout=20)
     assert r.status_code == 200 and "Internal server error" in r.text and "[DONE]" in r.text
+
+
+def test_the_simulator_imports_nothing_its_image_lacks():
+    """The simulator's image holds only the packages `rollcheck sim` imports
+    (harness/cluster/kubelocal/image.py SIM_PACKAGES): its P/D roles speak HTTP with the
+    standard library, so a decode pod on kube-local starts."""
+    import subprocess
+    import sys
+
+    from harness.cluster.kubelocal.image import SIM_PACKAGES
+
+    code = (
+        "import json, sys, harness.sim.server, harness.sim.pd\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    third_party = {"httpx", "httpcore", "requests", "aiohttp", "certifi"}
+    assert not loaded & third_party, loaded & third_party
+    assert "uvicorn" in SIM_PACKAGES

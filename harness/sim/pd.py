@@ -26,6 +26,7 @@ handshake (the fix the issue above asks for), so such a KV is refused instead.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hashlib
 import json
@@ -33,11 +34,12 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-
-import httpx
+from urllib.parse import urlsplit
 
 KV_PATH = "/rollcheck/kv/"  # the side channel, on the engine's own port
 MAX_HELD = 4096  # KVs held for decodes at once; the oldest go first beyond it
+MAX_ANSWER = 1 << 20  # the most of a prefill's or a KV read's answer read
+HANDSHAKE_S = 5.0  # NIXL's handshake waits 5 s for the remote's metadata
 
 
 def mixed_weights(kv_weights: str, own: str) -> str:
@@ -78,7 +80,6 @@ class PD:
         self.weights = weights
         self.engine_id = str(uuid.uuid4())
         self.held: collections.OrderedDict[str, _Held] = collections.OrderedDict()
-        self._client: httpx.AsyncClient | None = None
 
     # --- the handshake ---------------------------------------------------------------
     def compat(self) -> str:
@@ -127,13 +128,7 @@ class PD:
             "num_tokens": kv.tokens,
         }
 
-    # --- the decode role -------------------------------------------------------------
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            timeout = self.s.pd_prefill_timeout_s or None
-            self._client = httpx.AsyncClient(timeout=timeout)
-        return self._client
-
+    # --- the decode role ---------------------------------------------------------------
     async def prefill(self, path: str, data: dict, headers: dict) -> dict:
         """The sidecar's prefill request to the prefill Service: its kv_transfer_params."""
         body = dict(data)
@@ -152,14 +147,16 @@ class PD:
         send = {k: v for k, v in headers.items() if k in ("authorization", "x-request-id")}
         url = self.s.pd_prefill_url.rstrip("/") + path
         try:
-            r = await self.client().post(url, json=body, headers=send)
-        except (httpx.HTTPError, OSError) as exc:
+            status, answer = await _http(
+                "POST", url, json.dumps(body).encode(), send, self.s.pd_prefill_timeout_s or None
+            )
+        except (OSError, TimeoutError, ValueError) as exc:
             raise PrefillFailed(502, f"prefill at {url}: {type(exc).__name__} {exc}") from None
-        if not 200 <= r.status_code < 300:
-            raise PrefillFailed(r.status_code, f"prefill at {url}: HTTP {r.status_code}")
+        if not 200 <= status < 300:
+            raise PrefillFailed(status, f"prefill at {url}: HTTP {status}")
         try:
-            params = r.json().get("kv_transfer_params")
-        except ValueError:
+            params = json.loads(answer).get("kv_transfer_params")
+        except (ValueError, AttributeError):
             params = None
         if not isinstance(params, dict):
             raise PrefillFailed(502, f"prefill at {url}: no kv_transfer_params in its answer")
@@ -170,19 +167,69 @@ class PD:
         remote = f"{params.get('remote_host')}:{params.get('remote_port')}"
         url = f"http://{remote}{KV_PATH}{params.get('remote_request_id')}"
         try:
-            r = await self.client().get(url, timeout=5.0)  # the handshake's 5 s
-            got = r.json()
-        except (httpx.HTTPError, OSError, ValueError) as exc:
+            status, answer = await _http("GET", url, b"", {}, HANDSHAKE_S)
+            got = json.loads(answer) if status == 200 else {}
+        except (OSError, TimeoutError, ValueError) as exc:
             return Loaded(None, remote, f"KV read from {remote}: {type(exc).__name__} {exc}")
-        if r.status_code != 200:
-            return Loaded(None, remote, f"KV read from {remote}: HTTP {r.status_code}")
+        if status != 200:
+            return Loaded(None, remote, f"KV read from {remote}: HTTP {status}")
         if got.get("compatibility_hash") != self.compat():
             return Loaded(None, remote, f"handshake with {remote}: compatibility hash mismatch")
         return Loaded(str(got.get("weights")), remote)
 
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+
+async def _http(
+    method: str, url: str, body: bytes, headers: dict, timeout_s: float | None
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 exchange (Connection: close), its status and body (at most
+    MAX_ANSWER): the simulator's image holds no HTTP client library."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"not an http URL: {url}")
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+
+    async def exchange() -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        try:
+            head = [f"{method} {target or '/'} HTTP/1.1", f"Host: {parts.netloc}"]
+            head += ["Connection: close", f"Content-Length: {len(body)}"]
+            head += ["Content-Type: application/json"] if body else []
+            head += [f"{k}: {v}" for k, v in headers.items()]
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+            raw = await reader.read(MAX_ANSWER)
+            while len(raw) < MAX_ANSWER:
+                more = await reader.read(MAX_ANSWER - len(raw))
+                if not more:
+                    break
+                raw += more
+        finally:
+            writer.close()
+        return _parse(raw)
+
+    return await asyncio.wait_for(exchange(), timeout_s)
+
+
+def _parse(raw: bytes) -> tuple[int, bytes]:
+    """An HTTP/1.1 answer's status and body (Content-Length, chunked, or to the close)."""
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("the answer ended before its headers")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    fields = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    if fields.get("transfer-encoding", "").lower() == "chunked":
+        out = b""
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size.split(b";")[0] or b"0", 16)
+            if n == 0:
+                break
+            out, rest = out + rest[:n], rest[n + 2 :]
+        return status, out
+    if "content-length" in fields:
+        return status, rest[: int(fields["content-length"])]
+    return status, rest
 
 
 def _reachable(host: str) -> str:
