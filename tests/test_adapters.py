@@ -102,3 +102,33 @@ def test_the_old_version_unloaded_with_requests_still_naming_it_fails():
     # no request named the old version: no evidence either way
     empty = C.adapter_unload_clean(data([rec("b", sent=T + 6)], [unload]))
     assert status(empty) == "inconclusive" and "no request of the load named" in empty.reason
+
+
+def test_a_cluster_engine_loads_adapters_only_with_vllms_runtime_flags():
+    """On a cluster adapter_rollout reads the engine container before acting: vLLM needs
+    --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (a value from a ConfigMap is
+    taken as set), the simulator --runtime-lora; anything else is SKIPPED naming what is
+    missing."""
+    from kubernetes.client import V1Container, V1EnvVar, V1EnvVarSource
+
+    from harness.cluster.kube.target import runtime_lora_blocker
+
+    allow = V1EnvVar(name="VLLM_ALLOW_RUNTIME_LORA_UPDATING", value="True")
+    from_map = V1EnvVar(name="VLLM_ALLOW_RUNTIME_LORA_UPDATING", value_from=V1EnvVarSource())
+    vllm = ["vllm", "serve", "/models/m"]
+    ok = [
+        V1Container(name="engine", command=vllm, args=["--enable-lora"], env=[allow]),
+        V1Container(
+            name="engine", command=["sh", "-c", "vllm serve m --enable-lora"], env=[from_map]
+        ),  # fmt: skip
+        V1Container(name="engine", args=["sim", "--runtime-lora"]),
+    ]
+    for c in ok:
+        assert runtime_lora_blocker(c, "vllm") is None, c
+    said = runtime_lora_blocker(V1Container(name="engine", command=vllm, env=[allow]), "vllm")
+    assert said.startswith("the engine container engine of Deployment vllm does not load")
+    assert "lacks --enable-lora (" in said
+    off = V1EnvVar(name="VLLM_ALLOW_RUNTIME_LORA_UPDATING", value="False")
+    said = runtime_lora_blocker(V1Container(name="e", args=["--enable-lora"], env=[off]), "d")
+    assert "lacks VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (" in said
+    assert "--enable-lora and VLLM" in runtime_lora_blocker(V1Container(name="e"), "d")

@@ -393,11 +393,27 @@ class Target(abc.ABC):
         body = {"lora_name": name, "lora_path": path, "load_inplace": inplace}
         self.action("adapter_load", pod=pod, adapter=name, path=path, inplace=inplace)
         self._adapter_call(pod, "load", body)
+        self.__dict__.setdefault("_adapters_loaded", set()).add((pod, name))
 
     def unload_adapter(self, pod: str, name: str) -> None:
         """Unload an adapter by name from one pod's engine (/v1/unload_lora_adapter)."""
         self.action("adapter_unload", pod=pod, adapter=name)
         self._adapter_call(pod, "unload", {"lora_name": name})
+        self.__dict__.setdefault("_adapters_loaded", set()).discard((pod, name))
+
+    def unload_run_adapters(self) -> list[str]:
+        """Unload what the run loaded and left (the new version, after a rollout; both,
+        after an interrupted one): an engine the run did not start keeps nothing of it. A
+        pod gone, or an adapter already gone, is passed over."""
+        done = []
+        for pod, name in sorted(self.__dict__.get("_adapters_loaded", ())):
+            try:
+                self._adapter_call(pod, "unload", {"lora_name": name})
+                done.append(f"adapter {name} unloaded from {pod}")
+            except TargetError:
+                pass
+        self.__dict__["_adapters_loaded"] = set()
+        return done
 
     def _adapter_call(self, pod: str, verb: str, body: dict) -> None:
         from harness.client import http_post

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -1481,3 +1482,57 @@ def test_a_jobs_pod_reads_what_is_left_of_its_deadline_with_the_charts_rbac(
         namespace, {"metadata": {"name": "by-hand"}, "spec": {"containers": [container]}}
     )
     assert job_deadline(connect(str(path), None), "by-hand", namespace) is None
+
+
+# --- adapter_rollout: each pod's engine asked directly, through the API server ----------
+
+
+def adapter_run(kube_local, namespace, ingress, folder, *sets):
+    logs = f"kube.gateway_log_files=[{ingress.nginx.access_log}, {ingress.nginx.error_log}]"
+    return run_scenarios(
+        folder,
+        "adapter_rollout",
+        f"kube.namespace={namespace}",
+        "replicas=2",
+        f"kube.gateway_url={ingress.url}",
+        logs,
+        KUBE_LOCAL_TTFT,
+        "adapter.step_s=3",
+        *sets,
+        options=("--target", "kube", f"--kubeconfig={kube_local.kubeconfig}"),
+    )
+
+
+def test_an_adapter_rollout_on_a_cluster_moves_the_load_to_the_new_version(
+    kube_local, namespace, deployed, tmp_path
+):
+    """deploy/sim with runtime adapters: support-v1 on both pods with a share of the load,
+    support-v2 loaded on both, the share moved in steps, support-v1 unloaded: PASS, every
+    pod answering each version alike."""
+    ingress = deployed(args=["--runtime-lora"])
+    r, (summary,) = adapter_run(kube_local, namespace, ingress, tmp_path / "reports")
+    checks = {c["name"]: c for c in summary["checks"]}
+    assert summary["verdict"] == "pass", (summary["verdict"], r.stdout[-3000:])
+    assert checks["adapter_answers"]["observed"].startswith("support-v2 answers alike on 2")
+    assert checks["adapter_unload_clean"]["status"] == "pass"
+    # the run's adapters unloaded at its end: the engines serve the base model alone
+    for pod in ready_pods(kube_local, namespace):
+        models = httpx.get(f"http://{pod.status.pod_ip}:8000/v1/models", timeout=10).json()
+        assert [m["id"] for m in models["data"]] == ["rollcheck-sim"], models
+    run = Path(summary["report"]).parent
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    (restored,) = [e for e in events if e["kind"] == "restored"]
+    assert len(restored["detail"]["what"]) == 2, restored  # support-v2 on each pod
+    assert all(
+        w.startswith("adapter support-v2 unloaded from ") for w in restored["detail"]["what"]
+    )
+
+
+def test_an_engine_without_runtime_adapters_is_skipped_before_anything_is_loaded(
+    kube_local, namespace, deployed, tmp_path
+):
+    ingress = deployed()
+    r, (summary,) = adapter_run(kube_local, namespace, ingress, tmp_path / "reports")
+    assert summary["verdict"] == "skipped", summary
+    assert "does not load LoRA adapters at run time" in summary["reason"], summary["reason"]
+    assert "--runtime-lora" in summary["reason"] and "Traceback" not in r.stdout

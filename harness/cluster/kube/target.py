@@ -35,6 +35,32 @@ from harness.config.schema import RunConfig
 from harness.events import Event, EventLog
 
 
+def runtime_lora_blocker(container, deployment: str) -> str | None:
+    """Why the engine container (the API's V1Container) does not load LoRA adapters at run
+    time: vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (a value from
+    a ConfigMap or Secret is taken as set), rollcheck's simulator --runtime-lora."""
+    if container is None:
+        return f"Deployment {deployment} has no containers"
+    argv = [str(a) for a in (container.command or []) + (container.args or [])]
+    words = {w for a in argv for w in a.split()}  # `sh -c "vllm serve ... --enable-lora"`
+    if "--runtime-lora" in words:
+        return None
+    env = {e.name: e for e in container.env or []}
+    allowed = env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+    allowed_ok = allowed is not None and (
+        allowed.value_from is not None or str(allowed.value).strip().lower() in ("true", "1")
+    )
+    if "--enable-lora" in words and allowed_ok:
+        return None
+    missing = [x for x, ok in (("--enable-lora", "--enable-lora" in words),
+                               ("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True", allowed_ok)) if not ok]  # fmt: skip
+    return (
+        f"the engine container {container.name} of Deployment {deployment} does not load "
+        f"LoRA adapters at run time: it lacks {' and '.join(missing)} (vLLM's runtime "
+        "adapter endpoints; rollcheck's simulator: --runtime-lora)"
+    )
+
+
 class KubeTarget(Target):
     name = "kube"
 
@@ -111,8 +137,12 @@ class KubeTarget(Target):
         if self.node_loss is not None:
             self.node_loss.stop()
         try:
+            unloaded = self.unload_run_adapters()
+            if unloaded:
+                self.cluster.emit("restored", what=unloaded)
             if self.shared.original is not None and self.shared.marked:
                 self.restore()
+            self.restored = unloaded + (self.restored or [])
         finally:
             if self.split is not None:
                 self.split.stop()
@@ -247,6 +277,13 @@ class KubeTarget(Target):
             self.split.remove_candidate()
             return
         self.actions.rollback_canary()
+
+    # --- LoRA adapters: each pod's engine asked directly, as the golden prompts are --
+    def adapter_blocker(self) -> str | None:
+        return runtime_lora_blocker(
+            engine_of(self.cluster.read_deployment().spec.template.spec, self.shared.engine),
+            self.k.deployment,
+        )
 
     # --- weighted canary and shadow: a candidate Deployment, the user's HTTPRoute -------
     def weight_blocker(self) -> str | None:
