@@ -287,8 +287,9 @@ def test_the_weighted_canary_through_a_real_gateway_splits_each_step_at_its_weig
 ):
     """`pytest -k weighted_canary --target kube` as a user runs it, through Traefik: every
     stream traced to its pod by the gateway's access log, the candidate's share at each
-    step within the tolerance of its weight, and promoted; then the route's rule is as it
-    was and the candidate gone. (The verdict is printed: the streams Traefik broke are
+    step within the tolerance of its weight, and promoted (or rolled back for a candidate's
+    stream the gateway cut, and for nothing else); then the route's rule is as it was and
+    the candidate gone. (The verdict is printed: the streams Traefik broke are
     the run's own finding, docs/facts.md.)"""
     created, gw = weighted
     r, summaries = run_scenarios(
@@ -313,7 +314,19 @@ def test_the_weighted_canary_through_a_real_gateway_splits_each_step_at_its_weig
     print("verdict:", summary["verdict"], not_passing(summary))
     (split,) = [c for c in summary["checks"] if c["name"] == "weighted_split"]
     assert split["status"] == "pass", (split, r.stdout[-3000:])
-    assert result["action"] == "promoted" and [s[0] for s in shares] == [10, 50, 100]
+    if result["action"] == "promoted":
+        assert [s[0] for s in shares] == [10, 50, 100], shares
+    else:
+        # Traefik cuts a stream now and then (200, then the connection closed with no
+        # origin answer: docs/facts.md, not explained yet). One of the candidate's is a
+        # broken stream of the candidate's, and the step rolls back, as it should; no
+        # other reason may roll it back.
+        (judged,) = [c for c in summary["checks"] if c["name"] == "weighted_candidate"]
+        assert judged["status"] == "fail", judged
+        said = judged["observed"]
+        assert "of the candidate's" in said and "streams broke (" in said, judged
+        assert not any(w in said for w in ("TTFT", "ITL", "goodput", "golden")), judged
+        assert result["action"].startswith("rolled back at "), result["action"]
     assert route_spec(gateway_api, namespace) == created["spec"]
     wait_for(lambda: candidate_gone(kube_local, namespace), 60, "the candidate removed")
 
