@@ -2296,7 +2296,8 @@ def shadow_candidate(result: dict) -> Check:
             return inconclusive(
                 name,
                 expected=expected,
-                reason="; ".join(unknown) + "; mirror for longer (shadow.window_s)",
+                reason="; ".join(unknown)
+                + "; mirror for longer (shadow.window_max_s) or a larger share (shadow.percent)",
             )
         return passed(
             name,

@@ -163,10 +163,17 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
         ]
     if kind == "shadow":
         sh = cfg.shadow
+        # the window ends once the candidate has answered min_samples mirrored requests
+        rate = load.users / max(0.1, answer_s(cfg, _mean_tokens(load)))
         return [
             part("the candidate's start", startup, sh.ready_s, "shadow.ready_s"),
             part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
-            part("the mirror", sh.window_s, sh.window_s, "shadow.window_s"),
+            part(
+                "the mirror",
+                max(sh.window_s, min(sh.window_max_s, sh.min_samples / (rate * sh.percent / 100))),
+                sh.window_max_s,
+                "shadow.window_max_s",
+            ),
             part("the mirrored requests' end", answer_s(cfg, longest), sh.idle_s, "shadow.idle_s"),
             part("removing the candidate", rolling, t.recovery_s),
             recovered,

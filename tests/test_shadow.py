@@ -235,3 +235,12 @@ def test_a_mirrored_stream_is_read_to_its_end_only_with_the_reader(sim_factory, 
             assert finished(cand) == {"abort": 3.0}
     finally:
         gw.stop()
+
+
+@pytest.mark.unit
+def test_a_mirror_window_that_cannot_reach_its_least_is_a_config_error():
+    from harness.config.schema import Shadow
+
+    with pytest.raises(ValueError, match="window_max_s must be at least window_s"):
+        Shadow(window_s=10, window_max_s=5).validate()
+    Shadow(window_s=10, window_max_s=10).validate()

@@ -612,9 +612,12 @@ class Shadow:
     version: str = ""  # the candidate's version (default: next_version)
     engine: dict = field(default_factory=dict)  # its engine settings over the baseline's
     percent: float = 100.0  # of the requests, mirrored to the candidate
-    window_s: float = 10.0  # how long the requests are mirrored
-    # observations each engine's histogram needs in the window to be compared
+    window_s: float = 10.0  # how long the requests are mirrored, at the least
+    # observations each side's TTFT histogram needs in the window to be compared
     min_samples: int = 20
+    # and on, while either side has fewer than min_samples, up to this long (then the
+    # latency cannot tell)
+    window_max_s: float = 120.0
     idle_s: float = 30.0  # longest wait for the candidate to finish what was mirrored
     mode: str = "same"  # the golden prompts, asked of the candidate directly (as canary)
     min_agreement: float = 0.9
@@ -630,6 +633,10 @@ class Shadow:
             raise ValueError(f"percent: above 0 and at most 100, not {self.percent:g}")
         if self.window_s <= 0 or self.idle_s <= 0:
             raise ValueError("window_s and idle_s must be above 0")
+        if self.window_max_s < self.window_s:
+            raise ValueError(
+                f"window_max_s must be at least window_s ({self.window_max_s:g}, {self.window_s:g})"
+            )
         if self.min_samples < 5:
             raise ValueError(f"min_samples: at least 5, not {self.min_samples}")
         _golden(self)

@@ -725,3 +725,24 @@ def test_an_oom_kill_without_a_memory_limit_is_skipped_saying_why(tmp_path):
     assert summary["verdict"] == "skipped", summary
     assert "has no memory limit: no request can cross it" in summary["reason"]
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_the_mirror_is_held_until_each_side_has_enough_to_compare(tmp_path):
+    """A mirror of 1 s, a third of the requests: too few first tokens on the candidate to
+    compare, so the window goes on until each side's engines answered min_samples in it
+    (on a loaded machine the 6 s default once ended with 18, and the latency could not
+    tell)."""
+    proc, summaries = run_scenarios(
+        tmp_path,
+        "shadow",
+        "shadow.window_s=1",
+        "shadow.percent=34",
+        "shadow.min_samples=30",
+    )
+    (summary,) = summaries
+    assert summary["verdict"] == "pass", failed_checks(summary)
+    shadow = summary["shadow"]
+    started, ended = shadow["window"]
+    assert ended - started > 1
+    for side in ("baseline", "candidate"):
+        assert shadow["histograms"][side]["vllm:time_to_first_token_seconds"][-1][1] >= 30
