@@ -72,6 +72,7 @@ __all__ = [
     "no_hung_streams",
     "oom_killed_once",
     "other_pods_untouched",
+    "pd_answers",
     "preemption_respects_pdb",
     "recovery_time",
     "rollout_duration_for",
@@ -2305,5 +2306,60 @@ def shadow_candidate(result: dict) -> Check:
             expected=expected,
             population=population,
         )
+
+    return check
+
+
+_PD_HINT = (
+    "a decode engine continued from a KV that the other version's weights computed: the "
+    "P/D handshake compares the engine version, the model's shape and the KV's layout, not "
+    "the weights (vLLM's NIXL connector, vllm-project/vllm #55776). Route by revision "
+    "(llm-d's revision-aware P/D routing: a decode takes KVs only from its own version's "
+    "prefill pods), roll the two roles as one release, or put a hash of the weights in "
+    "the compatibility check, so that a KV of other weights is refused and prefilled again"
+)
+
+
+def pd_answers(result: dict) -> Check:
+    """pd_rollout: every golden answer sent through the gateway while the roles rolled is
+    the old or the new version's own (each version's answer from its own prefill/decode
+    pair, before and after the rollout); one that is neither was built from both."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "pd_answers_unmixed"
+        old, new = result["versions"]
+        expected = f"every golden answer {old}'s or {new}'s own, none built from both"
+        if result.get("baseline_problem"):
+            return inconclusive(name, expected=expected, reason=result["baseline_problem"])
+        s = result["summary"]
+        counts = s["counts"]
+        if not s["answers"]:
+            return inconclusive(
+                name, expected=expected, reason="no golden answer was sent while the roles rolled"
+            )
+        said = [f"{counts.get(v, 0)} {v}'s" for v in (old, new)]
+        if counts.get("broken"):
+            said.append(f"{counts['broken']} broken (the stream checks judge how)")
+        population = f"{s['answers']} golden answers through the gateway during the rollout"
+        if s["mixed"]:
+            pairs = "; ".join(
+                f"decode {p['decode_pod']} from prefill {p['prefill_pod']} ({p['answers']})"
+                for p in s["pairs"][:4]
+            )
+            return failed(
+                name,
+                observed=f"{s['mixed']} golden answers neither {old}'s nor {new}'s (built from "
+                f"both), from {s['first_mixed_s']:+.1f} s to {s['last_mixed_s']:+.1f} s after "
+                f"the rollout began ({s['mixing_s']:.1f} s of mixing): {pairs}; the others: "
+                + ", ".join(said),
+                expected=expected,
+                population=population,
+                hint=_PD_HINT,
+            )
+        if not counts.get(old) and not counts.get(new):
+            return inconclusive(
+                name, expected=expected, reason="every golden answer sent during it broke"
+            )
+        return passed(name, observed=", ".join(said), expected=expected, population=population)
 
     return check

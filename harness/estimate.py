@@ -83,6 +83,8 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
     if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
+    if kind == "pd_rollout" and target == "kube":  # likewise (not on a cluster yet)
+        return ScenarioEstimate(name, kind, parts)
     if kind in ("adapter_rollout", "weighted_canary", "shadow") and target == "kube":  # likewise
         return ScenarioEstimate(name, kind, parts)
     if t.warm_requests:
@@ -176,6 +178,16 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
             ),
             part("the mirrored requests' end", answer_s(cfg, longest), sh.idle_s, "shadow.idle_s"),
             part("removing the candidate", rolling, t.recovery_s),
+            recovered,
+        ]
+    if kind == "pd_rollout":
+        pr = cfg.pd_rollout
+        asks = 2 * 8 * answer_s(cfg, 64)  # the golden prompts before and after, one at a time
+        steps = 1 if params.get("order") == "together" else 2
+        return [
+            part("the golden prompts", asks, asks, None),
+            part("the roles' rollouts", steps * rolling, steps * pr.role_s, "pd_rollout.role_s"),
+            part("golden prompts after it", pr.after_s, pr.after_s, "pd_rollout.after_s"),
             recovered,
         ]
     if kind == "canary":

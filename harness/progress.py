@@ -73,6 +73,10 @@ ACTION_LINES: dict[str, Callable] = {
         if d.get("weighted")
         else f"act: a canary of {d.get('to_version')}, held at one replica until judged"
         if d.get("canary")
+        else f"act: rolling the {' and '.join(d['roles'])} role"
+        + ("s" if len(d["roles"]) > 1 else "")
+        + f" out to {d.get('to_version')}"
+        if d.get("roles")
         else f"act: rolling out {d.get('to_version') or e.version or ''}"
         + (f" ({d['max_surge']}/{d['max_unavailable']})" if "max_surge" in d else "")
     ),

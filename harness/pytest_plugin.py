@@ -32,7 +32,10 @@ KINDS = {
     "adapter_rollout": "a LoRA adapter moved to its next version by weight under load",
     "weighted_canary": "a candidate given a share of the traffic at the gateway, step by step",
     "shadow": "the gateway copies the requests to a candidate and discards its answers",
+    "pd_rollout": "new weights rolled across a prefill/decode deployment's two roles",
 }
+# the scenarios of a prefill/decode deployment: the local target runs one for them
+PD_KINDS = ("pd_rollout",)
 
 config_key = pytest.StashKey[object]()
 night_key = pytest.StashKey[object]()
@@ -238,7 +241,7 @@ def target(request, rollcheck_config, run_dir, progress):
     if kind == "local":
         from harness.cluster.local import LocalTarget
 
-        tgt = LocalTarget(rollcheck_config, run_dir)
+        tgt = LocalTarget(rollcheck_config, run_dir, pd=_kind(request.node) in PD_KINDS)
         if rollcheck_config.kube.dry_run:
             from harness.dryrun import DryRunTarget
 

@@ -18,7 +18,7 @@ import time
 # the names rollcheck gives its threads (watches.py, progress.py, scenario.py, the
 # local target's parts, kube-local's)
 OWN = ("watch-", "gateway-log-", "engine-log-", "health", "engine-witness", "progress",
-       "gateway", "controller", "pod-", "ingress", "prometheus-sd")  # fmt: skip
+       "gateway", "controller", "pod-", "ingress", "prometheus-sd", "golden-")  # fmt: skip
 
 
 def own(thread: threading.Thread) -> bool:

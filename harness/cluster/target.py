@@ -483,6 +483,36 @@ class Target(abc.ABC):
         rollback has run its course): the weights as they were."""
         return None
 
+    # --- prefill/decode disaggregation (pd_rollout) --------------------------------------
+    # The deployment's two roles: "decode", the Deployment the gateway routes to (pods(),
+    # rollout(), every other scenario's), and "prefill", the Deployment behind the prefill
+    # Service its decode pods' routing sidecars call (harness/sim/pd.py).
+    def pd_blocker(self) -> str | None:
+        """Why this target does not run a prefill/decode deployment."""
+        return (
+            f"the {self.name} target does not run a prefill/decode deployment yet: "
+            "pd_rollout runs on the local target"
+        )
+
+    def prefill_pods(self) -> list[PodView]:
+        """The prefill role's pods."""
+        raise CannotRun(self.pd_blocker() or "no P/D here")
+
+    def pd_rollout(self, roles: tuple[str, ...], version: str) -> Event:
+        """Roll each of `roles` (prefill, decode) to `version` at once, each Deployment
+        with its own strategy; the act's event."""
+        raise CannotRun(self.pd_blocker() or "no P/D here")
+
+    def pd_rollout_done(self, role: str) -> bool:
+        """The role's rollout has run its course."""
+        raise CannotRun(self.pd_blocker() or "no P/D here")
+
+    def pd_routes(self) -> dict[str, str]:
+        """The decode pods' routes so far: request id -> (the prefill pod whose KV its
+        decode read, or its host:port, and what became of the KV: read, recomputed or
+        failed), from the decode pods' logs."""
+        raise CannotRun(self.pd_blocker() or "no P/D here")
+
     @abc.abstractmethod
     def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...
 

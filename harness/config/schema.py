@@ -489,7 +489,7 @@ class Canary:
     ready_s: float = 60.0  # longest wait for the canary replica to be ready
 
     def validate(self) -> None:
-        from harness.canary import MODES, CanaryInputError, load_prompts
+        from harness.canary import MODES
 
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
@@ -501,10 +501,16 @@ class Canary:
         unknown = sorted(set(self.engine) - known)
         if unknown:
             raise ValueError(f"engine.{unknown[0]} is not an engine setting (rollcheck sim --help)")
-        try:
-            load_prompts(self.prompts)
-        except CanaryInputError as exc:
-            raise ValueError(f"prompts: {exc}") from None
+        _golden_prompts(self.prompts)
+
+
+def _golden_prompts(path: str | None) -> None:
+    from harness.canary import CanaryInputError, load_prompts
+
+    try:
+        load_prompts(path)
+    except CanaryInputError as exc:
+        raise ValueError(f"prompts: {exc}") from None
 
 
 @dataclass
@@ -643,6 +649,43 @@ class Shadow:
 
 
 @dataclass
+class PD:
+    """Prefill/decode disaggregation: the deployment serves in two roles. The gateway
+    routes to the decode Deployment (kube.deployment, `replicas`); each decode pod's
+    routing sidecar asks the prefill Service for the prompt's KV (harness/sim/pd.py). The
+    engines' own P/D settings are engine.pd_* (the handshake's factors, what a KV that
+    cannot be read does)."""
+
+    prefill_replicas: int = 2
+
+    def validate(self) -> None:
+        if self.prefill_replicas < 1:
+            raise ValueError(f"prefill_replicas: at least 1, not {self.prefill_replicas}")
+
+
+@dataclass
+class PDRollout:
+    """pd_rollout: a new version (new weights of the same shape) rolled across both roles
+    under load, in one of the orders users roll them (the scenario's parameter), while
+    greedy golden prompts go through the gateway; an answer that is neither version's own
+    was built from both."""
+
+    version: str = ""  # the new version (default: next_version)
+    prompts: str | None = None  # the golden prompts (default: the canary's built-in set)
+    # prefill_first and decode_first: how long the first role's rollout may take, then the
+    # second's (the roles' own Deployments' strategies roll them)
+    role_s: float = 60.0
+    # the golden prompts go on this long after the last role's rollout, and are asked of
+    # the new version's pair after it
+    after_s: float = 2.0
+
+    def validate(self) -> None:
+        if self.role_s <= 0 or self.after_s < 0:
+            raise ValueError("role_s must be above 0 and after_s at least 0")
+        _golden_prompts(self.prompts)
+
+
+@dataclass
 class Ui:
     """What a run prints while it runs (harness.progress)."""
 
@@ -688,6 +731,8 @@ class RunConfig:
     adapter: AdapterRollout = field(default_factory=AdapterRollout)
     weighted_canary: WeightedCanary = field(default_factory=WeightedCanary)
     shadow: Shadow = field(default_factory=Shadow)
+    pd: PD = field(default_factory=PD)
+    pd_rollout: PDRollout = field(default_factory=PDRollout)
     ui: Ui = field(default_factory=Ui)
 
     def validate(self) -> None:

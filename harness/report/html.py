@@ -210,6 +210,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _canary_section(summary.get("canary")),
         _weighted_section(summary.get("weighted_canary")),
         _shadow_section(summary.get("shadow")),
+        _pd_section(summary.get("pd_rollout")),
         _lint_section(summary.get("lint") or []),
         _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
@@ -575,6 +576,55 @@ def _shadow_section(sh: dict | None) -> str:
         "<table><tr><th>engines' histograms</th><th>baseline median</th><th>baseline p90</th>"
         "<th>candidate median</th><th>candidate p90</th><th>baseline observations</th>"
         f"<th>candidate observations</th></tr>{rows}</table>"
+    )
+
+
+def _pd_section(pd: dict | None) -> str:
+    """pd_rollout: the golden answers sent while the roles rolled, by the version they
+    are, and each mixed one with the decode and prefill pods that built it."""
+    if not pd:
+        return ""
+    versions = pd.get("versions") or ["", ""]
+    s = pd.get("summary") or {}
+    counts = s.get("counts") or {}
+    order = str(pd.get("order", "")).replace("_", " ")
+    finished = pd.get("roles_finished_s") or {}
+    rolled = "; ".join(f"{role} rolled by {t:+.1f} s" for role, t in finished.items())
+    said = ", ".join(
+        f"{counts.get(k, 0)} {label}"
+        for k, label in (
+            (versions[0], f"{versions[0]}'s own"),
+            (versions[1], f"{versions[1]}'s own"),
+            ("mixed", "mixed (neither)"),
+            ("broken", "broken"),
+        )
+        if counts.get(k)
+    )
+    rows = "".join(
+        f"<tr><td class=num>{float(a.get('sent_s') or 0):+.1f}</td>"
+        f"<td>{_e(a.get('prompt_id'))}</td>"
+        f"<td>{_e(a.get('decode_pod') or 'not traced')}</td>"
+        f"<td>{_e(a.get('prefill_pod') or 'not logged')}</td>"
+        f"<td>{_e(a.get('kv') or 'not logged')}</td></tr>"
+        for a in pd.get("answers") or []
+        if a.get("version") == "mixed"
+    )
+    table = (
+        "<table><tr><th>sent</th><th>prompt</th><th>decode pod</th><th>prefill pod</th>"
+        f"<th>its KV</th></tr>{rows}</table>"
+        if rows
+        else ""
+    )
+    mixing = (
+        f" Mixed answers from {s['first_mixed_s']:+.1f} s to {s['last_mixed_s']:+.1f} s "
+        f"({s['mixing_s']:.1f} s)."
+        if s.get("mixed")
+        else ""
+    )
+    return (
+        f"<h2>P/D rollout to {_e(versions[1])}, {_e(order)}</h2>"
+        f"<p>{_e(rolled)}. {_e(s.get('answers', 0))} golden answers through the gateway while "
+        f"the roles rolled: {_e(said or 'none')}.{_e(mixing)}</p>{table}"
     )
 
 

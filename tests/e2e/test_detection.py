@@ -267,7 +267,8 @@ def healthy_night(tmp_path_factory):
     proc, summaries = run_scenarios(
         reports,
         "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
-        "or startup or scale_down or node_loss or shadow",  # (rollout: adapter_rollout too)
+        # (rollout: adapter_rollout and pd_rollout's three orders too)
+        "or startup or scale_down or node_loss or shadow",
     )
     return reports, proc, summaries
 
@@ -275,7 +276,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 16
+    assert len(summaries) == 19
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -298,6 +299,12 @@ def test_well_configured_deployment_passes_every_scenario(healthy_night):
     assert [s["percent"] for s in weighted["weighted_canary"]["steps"]] == [10, 50, 100]
     shadow = next(s for s in summaries if s["scenario"] == "shadow")["shadow"]
     assert shadow["mirrored"] and set(shadow["candidate_finished"]) <= {"stop", "length"}
+    # revision-aware P/D (the control): every order's answers are one version's own, and
+    # the decode pods did refuse the other version's KVs (recomputed) on the way
+    pd = [s["pd_rollout"] for s in summaries if s["scenario"] == "pd_rollout"]
+    assert sorted(p["order"] for p in pd) == ["decode_first", "prefill_first", "together"]
+    assert all(p["summary"]["mixed"] == 0 and p["summary"]["counts"].get("v2") for p in pd)
+    assert any(a["kv"] == "recomputed" for p in pd for a in p["answers"])
 
 
 # what no page a reviewer reads may show: a placeholder, a repr, a unit without its number

@@ -49,14 +49,31 @@ class Template:
 
 
 class Controller:
-    def __init__(self, config: RunConfig, run_dir: Path, events: EventLog, gateway: Nginx):
+    """One Deployment's controllers. A P/D deployment has two (harness/cluster/local/
+    target.py): `deployment` names each one's pods, `engine` and `replicas` are its own
+    (default: the config's), and `subnet` keeps their pods' addresses apart."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        events: EventLog,
+        gateway: Nginx,
+        *,
+        deployment: str | None = None,
+        engine: SimSettings | None = None,
+        replicas: int | None = None,
+        subnet: int = 0,
+    ):
         self.cfg = config
         self.run_dir = run_dir
         self.events = events
         self.gateway = gateway
-        self.replicas = config.replicas
+        self.deployment = deployment or config.kube.deployment
+        self.subnet = subnet
+        self.replicas = config.replicas if replicas is None else replicas
         self.strategy = config.strategy
-        self.template = Template(config.version, config.engine)
+        self.template = Template(config.version, engine or config.engine)
         self.pods: dict[str, PodRunner] = {}
         self.templates: dict[str, Template] = {}  # pod name -> its template
         self.cores: dict[str, int] = {}  # pod name -> the CPU its real engine is bound to
@@ -85,7 +102,9 @@ class Controller:
         self._prev_finished: dict[str, float] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"controller-{self.deployment}", daemon=True
+        )
         (run_dir / "pods").mkdir(parents=True, exist_ok=True)
 
     # --- API used by the target ---------------------------------------------
@@ -376,7 +395,7 @@ class Controller:
             return None
         self._seq += 1
         t = self.template
-        name = f"{self.cfg.kube.deployment}-{t.version}-{self._seq}"
+        name = f"{self.deployment}-{t.version}-{self._seq}"
         ip, port = self._address()
         engine = replace(t.engine, host=ip, port=port, model_version=t.version)
         self.cores[name] = self._least_used_core()
@@ -417,7 +436,7 @@ class Controller:
 
     def _address(self) -> tuple[str, int]:
         self._ip_seq += 1
-        ip = f"127.0.{1 + self._ip_seq // 250}.{1 + self._ip_seq % 250}"
+        ip = f"127.{self.subnet}.{1 + self._ip_seq // 250}.{1 + self._ip_seq % 250}"
         with socket.socket() as s:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]

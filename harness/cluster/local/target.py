@@ -36,13 +36,46 @@ DELETION_COST = -1000
 class LocalTarget(Target):
     name = "local"
 
-    def __init__(self, config: RunConfig, run_dir: Path):
+    def __init__(self, config: RunConfig, run_dir: Path, pd: bool = False):
+        """pd: the deployment serves in two roles (prefill/decode disaggregation): the
+        gateway routes to the decode Deployment (kube.deployment, `replicas`), whose
+        pods' routing sidecars call the prefill Service, a second nginx before the
+        prefill Deployment (<kube.deployment>-prefill, pd.prefill_replicas)."""
         self.cfg = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._events = EventLog(self.run_dir / "events.jsonl")
         self._pidfile = PidFile("local-target")
         self._canary_baseline: Template | None = None  # start_canary: the template before
+        self.prefill: Controller | None = None
+        self.prefill_service: Nginx | None = None
+        engine = config.engine
+        if pd:
+            # the prefill role's own events (its pods, its Service's endpoints) are kept
+            # apart from the decode Deployment's, which every check reads as the target's
+            (self.run_dir / "prefill").mkdir(exist_ok=True)
+            self._prefill_events = EventLog(self.run_dir / "prefill" / "events.jsonl")
+            self.prefill_service = Nginx(
+                self.run_dir / "prefill",
+                free_port(),
+                config.gateway.endpoint_delay_s,
+                config.gateway.read_timeout_s,
+                self._prefill_events.emit,
+                connect_timeout_s=config.gateway.connect_timeout_s,
+            )
+            self.prefill = Controller(
+                config,
+                self.run_dir,
+                _Recorder(self, self._prefill_events),
+                self.prefill_service,
+                deployment=f"{config.kube.deployment}-prefill",
+                engine=dataclasses.replace(engine, pd_role="prefill"),
+                replicas=config.pd.prefill_replicas,
+                subnet=100,
+            )
+            engine = dataclasses.replace(
+                engine, pd_role="decode", pd_prefill_url=self.prefill_service.url
+            )
         self.gateway = Nginx(
             self.run_dir,
             free_port(),
@@ -58,7 +91,9 @@ class LocalTarget(Target):
             balance=config.gateway.balance,
             mirror_reads_answers=config.gateway.mirror_reads_answers,
         )
-        self.controller = Controller(config, self.run_dir, _Recorder(self), self.gateway)
+        self.controller = Controller(
+            config, self.run_dir, _Recorder(self, self._events), self.gateway, engine=engine
+        )
         self._started = False
 
     # --- lifecycle -------------------------------------------------------------
@@ -69,16 +104,29 @@ class LocalTarget(Target):
             surge, _ = self.cfg.strategy.resolve(self.cfg.replicas)
             vllm.check_memory(self.cfg.replicas + max(1, surge))  # a replacement overlaps
             vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)  # built once
+        if self.prefill is not None and self.cfg.engine.kind != "sim":
+            raise ConfigError(
+                "a prefill/decode deployment on the local target runs the simulator: its "
+                "decode pods need a routing sidecar (llm-d's) before vLLM; set engine.kind=sim"
+            )
         reap_leftovers()
+        self._started = True
+        if self.prefill is not None:
+            self.prefill_service.start()
+            self._remember("nginx-prefill", self.prefill_service.proc.pid)
+            self.prefill.start()
         self.gateway.start()
         self._remember("nginx", self.gateway.proc.pid)
         self.controller.start()
-        self._started = True
 
     def close(self) -> None:
         if self._started:
             self.controller.stop()
             self.gateway.stop()
+            if self.prefill is not None:
+                self.prefill.stop()
+                self.prefill_service.stop()
+                self._prefill_events.close()
             self._started = False
         self._events.close()
         self._pidfile.clear()
@@ -91,10 +139,7 @@ class LocalTarget(Target):
         self.close()
 
     def _emit(self, kind: str, **kw) -> Event:
-        ev = self._events.emit(kind, **kw)
-        if kind == "container_started":
-            self._remember(kw.get("pod", "?"), kw["pid"])
-        return ev
+        return _Recorder(self, self._events).emit(kind, **kw)
 
     def _remember(self, name: str, pgid: int) -> None:
         self._pidfile.remember(name, pgid)
@@ -129,6 +174,17 @@ class LocalTarget(Target):
         yet ready stood (the last lines of its engine's log)."""
         try:
             super().wait_settled(replicas, timeout_s, stall_s, ignoring)
+            if self.prefill is not None:  # and the prefill role, its Service serving each pod
+                n = self.prefill.replicas
+                self.wait_for(
+                    lambda: (
+                        len(self.prefill_service.applied or ()) == n
+                        and sum(p.ready and not p.terminating for p in self.prefill_pods()) == n
+                    ),
+                    timeout_s,
+                    f"{n} prefill pods ready and served by the prefill Service",
+                    stall_s=stall_s,
+                )
         except TargetError as exc:
             pods = "; ".join(
                 f"{p.spec.name} ({p.phase}) log ends: " + " | ".join(log_tail(p.log_path, 3))
@@ -356,6 +412,46 @@ class LocalTarget(Target):
             path = str(vllm.adapter_dir(model, 1 + zlib.crc32(path.encode()) % 9999))
         super().load_adapter(pod, name, path, inplace)
 
+    # --- prefill/decode disaggregation ----------------------------------------------------
+    def pd_blocker(self) -> str | None:
+        if self.prefill is None:
+            return "this local target was started without a prefill role"
+        return None
+
+    def _role(self, role: str) -> Controller:
+        if role == "decode":
+            return self.controller
+        if role == "prefill" and self.prefill is not None:
+            return self.prefill
+        raise TargetError(f"no {role} role here (roles: decode, prefill with a P/D target)")
+
+    def prefill_pods(self):
+        return self._role("prefill").views()
+
+    def pd_rollout(self, roles: tuple[str, ...], version: str) -> Event:
+        controllers = [self._role(r) for r in roles]  # each known before any is touched
+        acted = self.action("rollout", to_version=version, roles=list(roles))
+        for controller in controllers:
+            t = controller.template
+            controller.set_template(Template(version, t.engine))
+        return acted
+
+    def pd_rollout_done(self, role: str) -> bool:
+        return self._role(role).rollout_done()
+
+    def pd_routes(self) -> dict[str, tuple[str, str]]:
+        from harness.pd import routes_in_log
+
+        found: dict[str, tuple[str, str]] = {}
+        for path in self.engine_logs().values():
+            found |= routes_in_log(path)
+        prefill = {
+            e.detail.get("address"): e.pod
+            for e in self._prefill_events.all()
+            if e.kind == "pod_created"
+        }
+        return {rid: (prefill.get(addr, addr), kv) for rid, (addr, kv) in found.items()}
+
     def node_loss_blocker(self) -> str | None:
         return None  # its nodes' pods freeze and their ports fall silent (controller)
 
@@ -383,10 +479,13 @@ class LocalTarget(Target):
 
 
 class _Recorder:
-    """The controller's event sink: the target's log, with pids remembered."""
+    """A controller's event sink: its log, with pids remembered."""
 
-    def __init__(self, target: LocalTarget):
-        self.target = target
+    def __init__(self, target: LocalTarget, log: EventLog):
+        self.target, self.log = target, log
 
     def emit(self, kind: str, **kw) -> Event:
-        return self.target._emit(kind, **kw)
+        ev = self.log.emit(kind, **kw)
+        if kind == "container_started":
+            self.target._remember(kw.get("pod", "?"), kw["pid"])
+        return ev
