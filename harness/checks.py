@@ -73,6 +73,7 @@ __all__ = [
     "oom_killed_once",
     "other_pods_untouched",
     "pd_answers",
+    "pd_prefill_waiting",
     "preemption_respects_pdb",
     "recovery_time",
     "rollout_duration_for",
@@ -2361,5 +2362,74 @@ def pd_answers(result: dict) -> Check:
                 name, expected=expected, reason="every golden answer sent during it broke"
             )
         return passed(name, observed=", ".join(said), expected=expected, population=population)
+
+    return check
+
+
+def pd_prefill_waiting(result: dict) -> Check:
+    """pd_prefill: the act reached decode pods waiting on the prefill role (the prefills
+    in flight on the victim at the act, from the prefill Service's log), and what became
+    of them and of the prefills that failed after it, as the decode pods saw it. The
+    shared stream checks judge the users' streams (a hang, an error passed on)."""
+
+    def check(d: RunData) -> CheckResult:
+        name = "pd_prefill_waiting"
+        act, victim = result["act"], result["victim"]
+        where = "the prefill role" if act == "to_zero" else f"prefill pod {victim}"
+        expected = f"decode pods waiting on {where} at the act, each answered: never a hang"
+        waiting = result["waiting"]
+        view = result["decode_view"]
+        if not waiting:
+            return inconclusive(
+                name,
+                expected=expected,
+                reason=f"no prefill on {where} was still to end at the act (the prefill "
+                "Service's log): no decode pod was waiting on it",
+            )
+        ended = Counter(
+            f"{w['status']}"
+            + (f" (upstream {w['upstream_status']})" if w["upstream_status"] else "")
+            for w in waiting
+        )
+        observed = (
+            f"{len(waiting)} prefills on {where} not ended at the act, ended: "
+            + ", ".join(f"{n} answered {s}" for s, n in ended.most_common())
+            + f"; the decode pods passed {view['passed_on']} failed prefills on as the "
+            f"client's error and computed {view['fallback']} themselves"
+            + (
+                " (" + "; ".join(f"{n} {why}" for why, n in list(view["why"].items())[:3]) + ")"
+                if view["why"]
+                else ""
+            )
+        )
+        population = f"{len(waiting)} prefills not ended at the act (the prefill Service's log)"
+        slow = [w for w in waiting if w["ended_s"] > d.stall_timeout_s]
+        if slow:
+            return failed(
+                name,
+                observed=f"{len(slow)} decode pods' prefills on {where} ended only "
+                f"{max(w['ended_s'] for w in slow):.1f} s after the act, past the stall "
+                f"timeout ({d.stall_timeout_s:g} s): their users' streams hung meanwhile; "
+                + observed,
+                expected=expected,
+                population=population,
+                hint="a prefill engine that stops answering at SIGTERM (vLLM's default "
+                "--shutdown-timeout 0) holds the decode's request until its SIGKILL, and "
+                "llm-d's sidecar sets no timeout on the prefill: drain the prefill engine "
+                "(--shutdown-timeout), give the sidecar a prefill timeout and let the "
+                "decode prefill a request itself when its prefill fails",
+            )
+        if view["passed_on"]:
+            return failed(
+                name,
+                observed=observed,
+                expected=expected,
+                population=population,
+                hint="the decode pods passed their failed prefills on as their users' errors "
+                "(llm-d's sidecar gives the client the prefill's status): let a decode "
+                "prefill the request itself when its prefill fails or no prefill pod can take "
+                "it, as a P/D scheduler's decode-only path does",
+            )
+        return passed(name, observed=observed, expected=expected, population=population)
 
     return check

@@ -83,7 +83,7 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
     if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
-    if kind == "pd_rollout" and target == "kube":  # likewise (not on a cluster yet)
+    if kind in ("pd_rollout", "pd_prefill") and target == "kube":  # likewise (not yet there)
         return ScenarioEstimate(name, kind, parts)
     if kind in ("adapter_rollout", "weighted_canary", "shadow") and target == "kube":  # likewise
         return ScenarioEstimate(name, kind, parts)
@@ -188,6 +188,13 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
             part("the golden prompts", asks, asks, None),
             part("the roles' rollouts", steps * rolling, steps * pr.role_s, "pd_rollout.role_s"),
             part("golden prompts after it", pr.after_s, pr.after_s, "pd_rollout.after_s"),
+            recovered,
+        ]
+    if kind == "pd_prefill":
+        zero = cfg.pd.zero_s if params.get("act") == "to_zero" else 0.0
+        return [
+            part("choosing the victim", 1.0, t.steady_state_s, "scenario.steady_state_s"),
+            part("the act", zero + startup, zero + t.recovery_s),
             recovered,
         ]
     if kind == "canary":

@@ -51,6 +51,34 @@ def routes_in_log(path: Path) -> dict[str, tuple[str, str]]:
     return found
 
 
+# a prefill the decode's sidecar could not get (harness/sim/app.py): "P/D <id>: prefill at
+# <url>: <why>", and "...; prefilled here instead (fallback)" when the decode computed it
+FAILED_PREFILL = re.compile(
+    r"P/D (?P<rid>\S+): prefill at \S+: (?P<why>.*?)(?P<fb>; prefilled here instead \(fallback\))?$"
+)
+
+
+def decode_fallbacks(paths) -> dict:
+    """The decode pods' view of the prefills that failed: how many each way (passed on as
+    the client's error, or computed on the decode instead), and why, from their logs."""
+    out = {"passed_on": 0, "fallback": 0, "why": {}}
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                text = f.read(MAX_LOG_BYTES).decode(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = FAILED_PREFILL.search(line)
+            if m is None:
+                continue
+            out["fallback" if m["fb"] else "passed_on"] += 1
+            # one kind, whatever the address or port it names
+            why = re.sub(r"\d+\.\d+\.\d+\.\d+|\b\d{4,}\b", "...", m["why"])[:80]
+            out["why"][why] = out["why"].get(why, 0) + 1
+    return out
+
+
 @dataclass
 class GoldenAnswer:
     """One golden prompt's answer through the gateway while the roles rolled."""

@@ -33,9 +33,10 @@ KINDS = {
     "weighted_canary": "a candidate given a share of the traffic at the gateway, step by step",
     "shadow": "the gateway copies the requests to a candidate and discards its answers",
     "pd_rollout": "new weights rolled across a prefill/decode deployment's two roles",
+    "pd_prefill": "a prefill pod drained or killed, or the prefill role scaled to zero",
 }
 # the scenarios of a prefill/decode deployment: the local target runs one for them
-PD_KINDS = ("pd_rollout",)
+PD_KINDS = ("pd_rollout", "pd_prefill")
 
 config_key = pytest.StashKey[object]()
 night_key = pytest.StashKey[object]()

@@ -94,3 +94,59 @@ def test_the_decode_pods_routes_are_read_from_its_log(tmp_path):
         "c3": ("127.100.1.3:4002", "failed"),
     }
     assert routes_in_log(tmp_path / "none.log") == {}
+
+
+def waiting_result(ended: list[tuple[int, float]], passed_on=0, fallback=0, act="kill") -> dict:
+    return {
+        "act": act,
+        "victim": "p-v1-1",
+        "waiting": [
+            {"request_id": f"r{i}", "status": st, "upstream_status": str(st), "ended_s": t}
+            for i, (st, t) in enumerate(ended)
+        ],
+        "decode_view": {"passed_on": passed_on, "fallback": fallback, "why": {"HTTP 502": 2}},
+    }
+
+
+@pytest.mark.unit
+def test_the_decode_pods_waiting_on_a_disrupted_prefill_are_judged_by_how_they_ended():
+    ok = C.pd_prefill_waiting(waiting_result([(200, 0.2), (502, 0.0)], fallback=1))(data([]))
+    assert status(ok) == "pass"
+    assert ok.observed.startswith("2 prefills on prefill pod p-v1-1 not ended at the act")
+    assert "computed 1 themselves" in ok.observed
+    # a prefill held past the stall timeout (5 s in data()): its users' streams hung
+    hung = C.pd_prefill_waiting(waiting_result([(200, 0.2), (502, 12.0)]))(data([]))
+    assert status(hung) == "fail" and "ended only 12.0 s after the act" in hung.observed
+    assert "--shutdown-timeout" in hung.hint and "timeout on the prefill" in hung.hint
+    # the decode passed the prefill's error on to its user
+    passed_on = C.pd_prefill_waiting(waiting_result([(502, 0.0)], passed_on=2))(data([]))
+    assert status(passed_on) == "fail" and "decode-only" in passed_on.hint
+    # nothing was waiting on the victim: the act proved nothing
+    idle = C.pd_prefill_waiting(waiting_result([]))(data([]))
+    assert status(idle) == "inconclusive"
+    role = C.pd_prefill_waiting(waiting_result([(200, 0.1)], act="to_zero"))(data([]))
+    assert "on the prefill role" in role.observed
+
+
+@pytest.mark.unit
+def test_the_decode_pods_failed_prefills_are_counted_from_their_logs(tmp_path):
+    from harness.pd import decode_fallbacks
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(
+        "INFO 12-06 13:19:10 [rollcheck-sim] P/D r1: prefill at http://127.0.0.1:4100/v1/chat"
+        "/completions: HTTP 502\n"
+        "INFO 12-06 13:19:11 [rollcheck-sim] P/D r2: prefill at http://127.0.0.1:4100/v1/chat"
+        "/completions: ConnectionRefusedError [Errno 111] Connect call failed ('127.0.0.1', "
+        "4100); prefilled here instead (fallback)\n"
+    )
+    b.write_text(
+        "INFO 12-06 13:19:12 [rollcheck-sim] P/D r3: prefill at http://127.0.0.1:4100/v1/chat"
+        "/completions: HTTP 502; prefilled here instead (fallback)\n"
+        "INFO 12-06 13:19:12 [rollcheck-sim] P/D chatcmpl-r4: KV from 127.100.1.2:4001 "
+        "(weights v1)\n"
+    )
+    view = decode_fallbacks([a, b, tmp_path / "gone.log"])
+    assert (view["passed_on"], view["fallback"]) == (1, 2)
+    assert view["why"]["HTTP 502"] == 2
+    assert "ConnectionRefusedError [Errno 111] Connect call failed ('...', ...)" in view["why"]

@@ -122,6 +122,25 @@ def test_a_prefill_that_is_gone_or_refuses_is_the_clients_error(sim_factory):
     assert ask(decode.url)[:2] == (503, "")
 
 
+def test_with_the_fallback_a_failed_prefill_is_computed_on_the_decode(sim_factory):
+    """pd_prefill_fallback: a prefill nobody answers, or one that refuses, is computed on
+    the decode engine itself (as a P/D scheduler sends a request to its decode alone): the
+    answer is the decode version's own; a hung one, once the sidecar's timeout ends it."""
+    plain = sim_factory(model_version="v1")
+    status, want, _ = ask(plain.url)
+    refusing = sim_factory(pd_role="prefill", fault_http_error_rate=1.0, fault_http_status=503)
+    hung = sim_factory(pd_role="prefill", ttft_s=3600)
+    for url, timeout_s in (("http://127.0.0.1:9", 0.0), (refusing.url, 0.0), (hung.url, 1.0)):
+        decode = sim_factory(
+            model_version="v1",
+            pd_role="decode",
+            pd_prefill_url=url,
+            pd_prefill_fallback=True,
+            pd_prefill_timeout_s=timeout_s,
+        )
+        assert ask(decode.url)[:2] == (200, want), url
+
+
 def test_a_hung_prefill_holds_the_request_unless_the_sidecar_has_a_timeout(sim_factory):
     """llm-d's sidecar sets no timeout on the prefill: a prefill that never answers holds
     the client's request for as long as the client waits. With pd_prefill_timeout_s the

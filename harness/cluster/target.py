@@ -507,6 +507,19 @@ class Target(abc.ABC):
         """The role's rollout has run its course."""
         raise CannotRun(self.pd_blocker() or "no P/D here")
 
+    def pd_scale(self, role: str, replicas: int) -> Event:
+        """Scale one role's Deployment; the act's event."""
+        raise CannotRun(self.pd_blocker() or "no P/D here")
+
+    def prefill_service_log(self) -> Path | None:
+        """The prefill Service's access log, one line per prefill (the request id and the
+        prefill pod it reached), where the target keeps one."""
+        return None
+
+    def prefill_addresses(self) -> dict[str, str]:
+        """Every prefill pod's address (host:port) -> its name, the gone ones too."""
+        return {}
+
     def pd_routes(self) -> dict[str, str]:
         """The decode pods' routes so far: request id -> (the prefill pod whose KV its
         decode read, or its host:port, and what became of the KV: read, recomputed or

@@ -497,11 +497,16 @@ class Canary:
             raise ValueError(f"min_agreement must be between 0 and 1, not {self.min_agreement}")
         if self.agree_after_tokens < 0:
             raise ValueError(f"agree_after_tokens: at least 0, not {self.agree_after_tokens}")
-        known = {f.name for f in dataclasses.fields(EngineSettings)}
-        unknown = sorted(set(self.engine) - known)
-        if unknown:
-            raise ValueError(f"engine.{unknown[0]} is not an engine setting (rollcheck sim --help)")
+        _engine_keys(self.engine, "engine")
         _golden_prompts(self.prompts)
+
+
+def _engine_keys(changes: dict, key: str) -> None:
+    """Engine settings given as changes over the engine's: each key one of its fields."""
+    known = {f.name for f in dataclasses.fields(EngineSettings)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ValueError(f"{key}.{unknown[0]} is not an engine setting (rollcheck sim --help)")
 
 
 def _golden_prompts(path: str | None) -> None:
@@ -657,10 +662,19 @@ class PD:
     cannot be read does)."""
 
     prefill_replicas: int = 2
+    # the prefill role's engine settings over the engine's, e.g. {ttft_s: 0.3}: a prefill
+    # of a long prompt takes its time, and decode pods wait on it meanwhile
+    prefill_engine: dict = field(default_factory=dict)
+    # the prefill role's PodDisruptionBudget (its own Deployment's); default: none
+    prefill_pdb: PDB = field(default_factory=PDB)
+    zero_s: float = 2.0  # pd_prefill[to_zero]: the prefill role held at zero this long
 
     def validate(self) -> None:
         if self.prefill_replicas < 1:
             raise ValueError(f"prefill_replicas: at least 1, not {self.prefill_replicas}")
+        if self.zero_s < 0:
+            raise ValueError(f"zero_s: at least 0, not {self.zero_s:g}")
+        _engine_keys(self.prefill_engine, "prefill_engine")
 
 
 @dataclass

@@ -830,7 +830,13 @@ class SimApp:
         if not params.get("do_remote_prefill"):
             if not self.s.pd_prefill_url:  # the engine alone, asked directly: its own prefill
                 return weights, fault, {}
-            params = await pd.prefill(path, req.data, headers)
+            try:
+                params = await pd.prefill(path, req.data, headers)
+            except PrefillFailed as exc:
+                if not self.s.pd_prefill_fallback:
+                    raise
+                _log(f"P/D {req.request_id}: {exc.why}; prefilled here instead (fallback)")
+                return weights, fault, {}
         loaded = await pd.load(params)
         name = ("chatcmpl-" if req.chat else "cmpl-") + req.request_id
         if loaded.weights is not None:

@@ -74,6 +74,7 @@ class SimSettings:
     pd_handshake_weights: bool = False
     pd_kv_load_failure: str = "fail"
     pd_prefill_timeout_s: float = 0.0
+    pd_prefill_fallback: bool = False
     pd_kv_lease_s: float = 480.0
 
     def validate(self) -> None:
@@ -171,6 +172,10 @@ _HELP = {
     "(fail: an in-stream error, vLLM's default) or is computed again here (recompute)",
     "pd_prefill_timeout_s": "decode: how long the sidecar waits for a prefill (0: for ever, "
     "as llm-d's sidecar)",
+    "pd_prefill_fallback": "decode: a prefill that fails (no answer, an error status, the "
+    "sidecar's timeout) is computed here instead, as a P/D scheduler sends a request to its "
+    "decode alone when no prefill pod can take it (llm-d); off: the client gets the "
+    "prefill's status, as llm-d's sidecar passes it on",
     "pd_kv_lease_s": "prefill: how long a KV is held for its decode "
     "(VLLM_NIXL_ABORT_REQUEST_TIMEOUT)",
     "fault_http_error_rate": "share of requests answered with an HTTP error before streaming",

@@ -267,8 +267,8 @@ def healthy_night(tmp_path_factory):
     proc, summaries = run_scenarios(
         reports,
         "drain or rollout or scale_to_zero or pod_kill or oom_kill or scale_up or canary "
-        # (rollout: adapter_rollout and pd_rollout's three orders too)
-        "or startup or scale_down or node_loss or shadow",
+        # (rollout: adapter_rollout and pd_rollout's three orders too; drain: pd_prefill's)
+        "or startup or scale_down or node_loss or shadow or pd_prefill",
     )
     return reports, proc, summaries
 
@@ -276,7 +276,7 @@ def healthy_night(tmp_path_factory):
 def test_well_configured_deployment_passes_every_scenario(healthy_night):
     tmp_path, proc, summaries = healthy_night
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(summaries) == 19
+    assert len(summaries) == 22
     for s in summaries:
         assert s["verdict"] == "pass", (s["name"], failed_checks(s))
         # the headline figure; a load step queues by design until replicas start, and a
@@ -305,6 +305,12 @@ def test_well_configured_deployment_passes_every_scenario(healthy_night):
     assert sorted(p["order"] for p in pd) == ["decode_first", "prefill_first", "together"]
     assert all(p["summary"]["mixed"] == 0 and p["summary"]["counts"].get("v2") for p in pd)
     assert any(a["kv"] == "recomputed" for p in pd for a in p["answers"])
+    # the prefill role disrupted: decode pods were waiting on it, and none passed a failed
+    # prefill on (a kill's and the role's absence's were prefilled on the decode)
+    prefill = {s["pd_prefill"]["act"]: s["pd_prefill"] for s in summaries if "pd_prefill" in s}
+    assert sorted(prefill) == ["drain", "kill", "to_zero"]
+    assert all(p["waiting"] and p["decode_view"]["passed_on"] == 0 for p in prefill.values())
+    assert prefill["to_zero"]["decode_view"]["fallback"] > 0
 
 
 # what no page a reviewer reads may show: a placeholder, a repr, a unit without its number
@@ -328,7 +334,7 @@ def test_every_page_of_a_night_reads_in_chromium(healthy_night, tmp_path):
     session = next(reports.glob("*/index.html")).parent
     pages = [session / "index.html", reports / "history.html"]
     pages += sorted(session.glob("*/report.html"))
-    assert len(pages) == 2 + len(summaries) == 18
+    assert len(pages) == 2 + len(summaries) == 24
     for page in pages:
         seen = browser_check(page, tmp_path / "page.png", "review")
         where = page.relative_to(reports)

@@ -35,3 +35,37 @@ def test_a_plain_pd_rollout_builds_answers_from_both_versions(tmp_path):
             assert "-v2-" in new_side and "-v1-" in old_side, pair
         mixed = [a for a in pd["answers"] if a["version"] == "mixed"]
         assert all(a["kv"] == "read" for a in mixed)  # the KV passed the handshake
+
+
+def test_a_killed_prefill_pods_waiting_decodes_pass_its_failure_on_without_the_fallback(
+    tmp_path,
+):
+    """llm-d's sidecar alone: the prefills in flight on the killed pod end 502, and the
+    decode pods pass that on as their users' errors, named in the decode pods' view."""
+    proc, (s,) = run_scenarios(tmp_path, "pd_prefill and kill", "engine.pd_prefill_fallback=false")
+    assert s["verdict"] == "fail", failed_checks(s)
+    assert {"no_broken_streams", "pd_prefill_waiting"} <= failed_checks(s)
+    assert s["outcomes"]["http_error"] > 0
+    view = s["pd_prefill"]["decode_view"]
+    assert view["passed_on"] > 0 and view["fallback"] == 0
+    assert any(w["status"] == 502 for w in s["pd_prefill"]["waiting"])
+
+
+def test_a_decode_hanging_on_a_drained_prefill_is_caught(tmp_path):
+    """A prefill engine that stops answering at SIGTERM (and no preStop to cover its
+    endpoint's removal), a sidecar with no prefill timeout: the decode pods wait on the
+    drained prefill until its SIGKILL, and their users' streams hang meanwhile."""
+    hanging = "pd.prefill_engine={ttft_s: 0.3, shutdown_timeout_s: 0, shutdown_mode: hang}"
+    proc, (s,) = run_scenarios(
+        tmp_path,
+        "pd_prefill and drain",
+        hanging,
+        "engine.pd_prefill_timeout_s=0",
+        "pod.prestop_s=0",
+    )
+    assert s["verdict"] == "fail", failed_checks(s)
+    assert {"no_hung_streams", "pd_prefill_waiting"} <= failed_checks(s)
+    check = next(c for c in s["checks"] if c["name"] == "pd_prefill_waiting")
+    assert "past the stall timeout" in check["observed"], check
+    # held until the pod's SIGKILL, its termination grace after the SIGTERM
+    assert max(w["ended_s"] for w in s["pd_prefill"]["waiting"]) > 10

@@ -565,12 +565,13 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
     listed = [json.loads(p.read_text()) for p in tmp_path.glob("*/*/summary.json")]
     check_exit(r, listed)  # the status a nightly Job would end with, never an abort
     summaries = {s["name"]: s for s in listed}
-    # (-k rollout selects adapter_rollout and pd_rollout's three orders too, -k canary
-    # weighted_canary: SKIPPED on a cluster, saying why)
-    assert len(summaries) == 16, sorted(summaries)
+    # (-k rollout selects adapter_rollout and pd_rollout's three orders too, -k drain
+    # pd_prefill's, -k canary weighted_canary: SKIPPED on a cluster, saying why)
+    assert len(summaries) == 17, sorted(summaries)
     assert summaries["test_adapter_rollout"]["verdict"] == "skipped"
-    for order in ("prefill_first", "decode_first", "together"):
-        pd = summaries[f"test_pd_rollout[{order}]"]
+    for name in ("rollout[prefill_first]", "rollout[decode_first]", "rollout[together]",
+                 "prefill[drain]"):  # fmt: skip
+        pd = summaries[f"test_pd_{name}"]
         assert pd["verdict"] == "skipped" and "prefill/decode" in pd["reason"], pd
     assert summaries["test_weighted_canary"]["verdict"] == "skipped"
     assert "set kube.route" in summaries["test_weighted_canary"]["reason"]
@@ -601,7 +602,7 @@ def test_the_nightly_command_with_the_gpu_profile_scaled_down(
         (shipped,) = status["workers"].values()  # all its load from the external worker
         assert shipped["sent"] > 0
     # the nightly's log as it runs: the outlook first, then each scenario's phases
-    assert "rollcheck: 16 scenario runs selected (" in r.stdout, r.stdout[:2000]
+    assert "rollcheck: 17 scenario runs selected (" in r.stdout, r.stdout[:2000]
     drain = [ln for ln in r.stdout.splitlines() if ln.startswith("rollcheck test_drain[pod] +")]
     for said in ("act: evicting ", "SIGTERM to ", "endpoint of ", "recovered: ", "verdict PASS"):
         assert any(said in ln for ln in drain), (said, drain)

@@ -31,7 +31,7 @@ from harness.client import http_get
 from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx, Split
 from harness.cluster.target import EvictionRefused, PodView
-from harness.config.schema import RunConfig
+from harness.config.schema import PDB, RunConfig
 from harness.engines.startup import StartGate
 from harness.events import EventLog
 from harness.proc import sim_command
@@ -50,8 +50,8 @@ class Template:
 
 class Controller:
     """One Deployment's controllers. A P/D deployment has two (harness/cluster/local/
-    target.py): `deployment` names each one's pods, `engine` and `replicas` are its own
-    (default: the config's), and `subnet` keeps their pods' addresses apart."""
+    target.py): `deployment` names each one's pods, `engine`, `replicas` and `pdb` are its
+    own (default: the config's), and `subnet` keeps their pods' addresses apart."""
 
     def __init__(
         self,
@@ -64,6 +64,7 @@ class Controller:
         engine: SimSettings | None = None,
         replicas: int | None = None,
         subnet: int = 0,
+        pdb: PDB | None = None,
     ):
         self.cfg = config
         self.run_dir = run_dir
@@ -71,6 +72,7 @@ class Controller:
         self.gateway = gateway
         self.deployment = deployment or config.kube.deployment
         self.subnet = subnet
+        self.pdb = config.pdb if pdb is None else pdb
         self.replicas = config.replicas if replicas is None else replicas
         self.strategy = config.strategy
         self.template = Template(config.version, engine or config.engine)
@@ -177,7 +179,7 @@ class Controller:
             pod = self.pods.get(name)
             if pod is None or pod.terminating:
                 raise KeyError(f"no running pod named {name!r}")
-            min_healthy = self.cfg.pdb.min_healthy(self.replicas)
+            min_healthy = self.pdb.min_healthy(self.replicas)
             healthy = sum(1 for p in self.pods.values() if p.ready and not p.terminating)
             if min_healthy is not None and pod.ready and healthy - 1 < min_healthy:
                 self.events.emit(

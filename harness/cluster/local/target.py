@@ -69,9 +69,10 @@ class LocalTarget(Target):
                 _Recorder(self, self._prefill_events),
                 self.prefill_service,
                 deployment=f"{config.kube.deployment}-prefill",
-                engine=dataclasses.replace(engine, pd_role="prefill"),
+                engine=self._engine(engine, {"pd_role": "prefill", **config.pd.prefill_engine}),
                 replicas=config.pd.prefill_replicas,
                 subnet=100,
+                pdb=config.pd.prefill_pdb,
             )
             engine = dataclasses.replace(
                 engine, pd_role="decode", pd_prefill_url=self.prefill_service.url
@@ -193,7 +194,7 @@ class LocalTarget(Target):
             raise TargetError(f"{exc}; {machine_load()}" + (f"; {pods}" if pods else "")) from None
 
     def pod_metrics(self, name: str) -> dict[str, float]:
-        return scrape(self.controller.pod(name).spec.address)
+        return scrape(self._owner(name).pod(name).spec.address)
 
     def wait_gateway_serving(self, timeout_s: float = 30.0) -> None:
         """Routing works and nginx has applied exactly the current ready endpoints."""
@@ -239,13 +240,7 @@ class LocalTarget(Target):
         """The template of `version` (the engine's settings changed by `engine`) and the
         strategy with the changes asked for."""
         current = self.controller.template
-        settings = current.engine
-        if engine:
-            data = dataclasses.asdict(settings) | engine
-            try:
-                settings = build(type(settings), data, "engine")
-            except ConfigError as exc:
-                raise TargetError(str(exc)) from None
+        settings = self._engine(current.engine, engine)
         strategy = self.controller.strategy
         changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
         if changes:
@@ -254,6 +249,16 @@ class LocalTarget(Target):
             )
             Strategy.validate(strategy)
         return Template(version, settings), strategy
+
+    @staticmethod
+    def _engine(settings, changes: dict | None):
+        """The engine settings with `changes` over them, validated."""
+        if not changes:
+            return settings
+        try:
+            return build(type(settings), dataclasses.asdict(settings) | changes, "engine")
+        except ConfigError as exc:
+            raise TargetError(str(exc)) from None
 
     def rollout_done(self) -> bool:
         return self.controller.rollout_done()
@@ -328,7 +333,7 @@ class LocalTarget(Target):
 
         def attempt() -> None:
             try:
-                self.controller.evict(name)
+                self._owner(name).evict(name)
             except KeyError as exc:
                 raise TargetError(str(exc)) from None
 
@@ -382,16 +387,24 @@ class LocalTarget(Target):
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
         try:
-            self.controller.pod(name).signal(sig)
+            self._owner(name).pod(name).signal(sig)
         except KeyError as exc:
             raise TargetError(str(exc)) from None
 
     def delete_pod(self, name: str, grace_s: float | None = None) -> None:
         self.action("delete", pod=name, grace_s=grace_s)
         try:
-            self.controller.delete(name, grace_s)
+            self._owner(name).delete(name, grace_s)
         except KeyError as exc:
             raise TargetError(str(exc)) from None
+
+    def _owner(self, name: str) -> Controller:
+        """The controller of the Deployment the pod belongs to (a prefill pod's, with P/D)."""
+        if self.prefill is not None:
+            with self.prefill.lock:
+                if name in self.prefill.pods:
+                    return self.prefill
+        return self.controller
 
     def adapter_blocker(self) -> str | None:
         if not self.cfg.engine.runtime_lora:
@@ -439,18 +452,32 @@ class LocalTarget(Target):
     def pd_rollout_done(self, role: str) -> bool:
         return self._role(role).rollout_done()
 
+    def pd_scale(self, role: str, replicas: int) -> Event:
+        controller = self._role(role)
+        acted = self.action("scale", role=role, replicas=replicas)
+        controller.scale(replicas)
+        return acted
+
+    def prefill_service_log(self) -> Path | None:
+        return self.prefill_service.access_log if self.prefill_service else None
+
     def pd_routes(self) -> dict[str, tuple[str, str]]:
         from harness.pd import routes_in_log
 
         found: dict[str, tuple[str, str]] = {}
         for path in self.engine_logs().values():
             found |= routes_in_log(path)
-        prefill = {
+        prefill = self.prefill_addresses()
+        return {rid: (prefill.get(addr, addr), kv) for rid, (addr, kv) in found.items()}
+
+    def prefill_addresses(self) -> dict[str, str]:
+        if self.prefill is None:
+            return {}
+        return {
             e.detail.get("address"): e.pod
             for e in self._prefill_events.all()
             if e.kind == "pod_created"
         }
-        return {rid: (prefill.get(addr, addr), kv) for rid, (addr, kv) in found.items()}
 
     def node_loss_blocker(self) -> str | None:
         return None  # its nodes' pods freeze and their ports fall silent (controller)
