@@ -237,6 +237,38 @@ def test_a_mirrored_stream_is_read_to_its_end_only_with_the_reader(sim_factory, 
         gw.stop()
 
 
+@pytest.mark.process
+def test_a_request_mirrored_just_before_the_mirror_ends_still_reaches_the_candidate(
+    sim_factory, tmp_path
+):
+    """The mirror reader answers nginx at once and forwards the request after: one
+    mirrored just before the mirror is turned off reaches the candidate's server after
+    nginx's reload. While the candidate is there, that server still passes it on (CI
+    once logged it 503 from nginx itself, and shadow blamed the candidate)."""
+    a = sim_factory(model_version="v1")
+    b = sim_factory(model_version="v2")
+    stable, cand = f"127.0.0.1:{a.settings.port}", f"127.0.0.1:{b.settings.port}"
+    gw = Nginx(tmp_path, free_port(), 0, 30)
+    gw.start()
+    try:
+        for mirror in (100, 0):  # on, then off with the candidate still there
+            split = Split("v2", 0, (cand,), (stable,), mirror=mirror)
+            gw.set_endpoints([stable, cand], split)
+            deadline = time.monotonic() + 10
+            while gw.applied_split != split:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        # what the reader sends the candidate's server for a request mirrored before
+        body = {"model": a.settings.model, "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(f"http://127.0.0.1:{gw.mirror_port}/v1/chat/completions",
+                       json=body | {"max_tokens": 4}, headers={"X-Request-Id": "late"},
+                       timeout=10)  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert finished(cand) == {"length": 1.0}
+    finally:
+        gw.stop()
+
+
 @pytest.mark.unit
 def test_a_mirror_window_that_cannot_reach_its_least_is_a_config_error():
     from harness.config.schema import Shadow

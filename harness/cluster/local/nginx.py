@@ -291,6 +291,11 @@ class Nginx:
                     "if ($rollcheck_mirrored != 1) { return 204; }\n"
                     f"proxy_pass http://127.0.0.1:{to}$request_uri;"
                 )
+            if split.candidate:
+                # the candidate's server passes on whatever the reader forwards while the
+                # candidate is there, mirror on or not: the reader answers nginx at once
+                # and forwards after, so a request mirrored just before the mirror is
+                # turned off reaches it after the reload (CI: answered 503 here, once)
                 reader = "proxy_pass http://engines_canary;"
         elif endpoints:
             routes = self._upstream("engines", endpoints)
