@@ -83,7 +83,9 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts = [Part("settle", min(settle, settle_worst), settle_worst, "scenario.settle_s")]
     if kind == "preemption" and target == "local":  # SKIPPED once settled
         return ScenarioEstimate(name, kind, parts)
-    if kind in ("pd_rollout", "pd_prefill") and target == "kube":  # likewise (not yet there)
+    if kind == "pd_prefill" and target == "kube":  # likewise: it runs on the local target
+        return ScenarioEstimate(name, kind, parts)
+    if kind == "pd_rollout" and target == "kube" and not cfg.kube.pd_prefill_deployment:
         return ScenarioEstimate(name, kind, parts)
     if kind in ("adapter_rollout", "weighted_canary", "shadow") and target == "kube":  # likewise
         return ScenarioEstimate(name, kind, parts)
@@ -93,7 +95,8 @@ def estimate_scenario(name: str, kind: str, cfg, target: str, params: dict | Non
     parts.append(Part("warm-up", t.warmup_s, t.warmup_s, "scenario.warmup_s"))
     parts.append(Part("steady state", 1.0, t.steady_state_s, "scenario.steady_state_s"))
     parts += _act(kind, cfg, startup, params or {}, target)
-    if target == "kube" and kind in ("rollout", "canary", "startup", "weighted_canary", "shadow"):
+    restores = ("rollout", "canary", "startup", "weighted_canary", "shadow", "pd_rollout")
+    if target == "kube" and kind in restores:
         # the Deployment's template put back: a rollout the next scenario's settle waits for
         back = _rollout_s(cfg, startup, 1.0, cfg.strategy.max_surge, cfg.strategy.max_unavailable)
         parts.append(Part("the restore's rollout", back, 0.0, "scenario.settle_s"))

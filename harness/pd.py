@@ -79,6 +79,14 @@ def decode_fallbacks(paths) -> dict:
     return out
 
 
+def held_by(spans: dict, address: str | None, t: float) -> str | None:
+    """The pod that held `address` at t (harness.timeline's spans), or None."""
+    from harness.timeline import trace
+
+    span, _ = trace(spans, address, t)
+    return span.pod if span is not None else None
+
+
 @dataclass
 class GoldenAnswer:
     """One golden prompt's answer through the gateway while the roles rolled."""

@@ -16,7 +16,8 @@ import pytest
 
 from harness import checks
 from harness.gateway_logs import read_access_log
-from harness.pd import decode_fallbacks
+from harness.pd import decode_fallbacks, held_by
+from harness.timeline import address_spans
 
 # (not "scale_to_zero": -k scale_to_zero selects the decode role's own scenario)
 ACTS = ("drain", "kill", "to_zero")
@@ -99,7 +100,7 @@ def test_pd_prefill(scenario, act):
     # the decode pods' view: the victim's prefills in flight at the act, and the failed
     # prefills the decode pods passed on or computed themselves
     lines = read_access_log(target.prefill_service_log())[0]
-    at = target.prefill_addresses()
+    at = address_spans(target.prefill_events())
     # the victim's prefills not ended at the act (a drain's endpoint goes a moment later,
     # and a prefill sent meanwhile waits on the victim too); the role's, at the act
     waiting = [
@@ -107,7 +108,7 @@ def test_pd_prefill(scenario, act):
         for g in lines
         if g.end_t >= t_act
         and (
-            at.get(g.upstream_addr) == victim
+            held_by(at, g.upstream_addr, g.end_t - g.request_time_s) == victim
             if act != "to_zero"
             else g.end_t - g.request_time_s <= t_act
         )

@@ -17,7 +17,8 @@ import pytest
 
 from harness import canary, checks
 from harness.gateway_logs import read_access_log
-from harness.pd import GoldenLoop, classify, summarize
+from harness.pd import GoldenLoop, classify, held_by, summarize
+from harness.timeline import address_spans
 
 ORDERS = {
     "prefill_first": (("prefill",), ("decode",)),
@@ -32,7 +33,7 @@ def test_pd_rollout(scenario, order):
     cfg, target = scenario.cfg.pd_rollout, scenario.target
     old, new = scenario.cfg.version, cfg.version or scenario.cfg.next_version
     scenario.require("roll a prefill/decode deployment", target.pd_blocker())
-    scenario.require_candidate(new, {}, "pd_rollout.version" if cfg.version else "")
+    scenario.require_candidate(new, cfg.engine, "pd_rollout.version" if cfg.version else "")
     prompts = canary.load_prompts(cfg.prompts)
 
     def ask() -> dict[str, canary.Answer]:
@@ -65,7 +66,7 @@ def test_pd_rollout(scenario, order):
     t_act, finished = None, {}
     try:
         for roles in ORDERS[order]:
-            acted = target.pd_rollout(roles, new)
+            acted = target.pd_rollout(roles, new, cfg.engine)
             t_act = t_act or acted.t
             for role in roles:
                 done = scenario.wait_for(
@@ -88,12 +89,13 @@ def test_pd_rollout(scenario, order):
     scenario.cool_down()
 
     # each answer's decode pod (the gateway's upstream) and prefill pod (the decode's route)
-    decode_at = {e.detail.get("address"): e.pod for e in target.events() if e.kind == "pod_created"}
+    decode_at, prefill_at = address_spans(target.events()), address_spans(target.prefill_events())
     upstream = {g.request_id: g.upstream_addr for g in read_access_log(target.gateway_logs()[0])[0]}
     routes = target.pd_routes()
     for a in answers:
-        a.decode_pod = decode_at.get(upstream.get(a.request_id))
-        a.prefill_pod, a.kv = routes.get(a.request_id, (None, None))
+        a.decode_pod = held_by(decode_at, upstream.get(a.request_id), a.sent_at)
+        remote, a.kv = routes.get(a.request_id, (None, None))
+        a.prefill_pod = held_by(prefill_at, remote, a.sent_at) or remote
     broken = [
         f"{side}: {a.prompt_id} {a.outcome}"
         for side, asked in ((old, before), (new, after))

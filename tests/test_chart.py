@@ -306,3 +306,22 @@ def test_the_weighted_canarys_route_is_granted_by_name_and_reaches_the_config():
         render({**TARGET, **route, "target.route.gatewayMirrors": "true"}), "ConfigMap"
     )
     assert yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]["gateway_mirrors"] is True
+
+
+def test_the_prefill_role_is_granted_by_name_and_reaches_the_config():
+    """target.pdPrefillDeployment: get/patch on that Deployment by name (pd_rollout rolls
+    and puts it back) and kube.pd_prefill_deployment in the config; without it, neither."""
+
+    def role(docs) -> dict:
+        return next(r for r in objects_of(docs, "Role") if r["metadata"]["name"] == "rollcheck")
+
+    assert not granted(role(render(TARGET))["rules"], "patch", "apps", "deployments", "vllm-p")
+    docs = render({**TARGET, "target.pdPrefillDeployment": "vllm-p"})
+    rules = role(docs)["rules"]
+    for verb in ("get", "patch"):
+        assert granted(rules, verb, "apps", "deployments", "vllm-p")
+        assert granted(rules, verb, "apps", "deployments", "vllm")
+    assert granted(rules, "get", "", "pods/log", None)  # the decode pods' routes
+    assert not granted(rules, "patch", "apps", "deployments", "other")
+    (cm,) = objects_of(docs, "ConfigMap")
+    assert yaml.safe_load(cm["data"]["rollcheck.yaml"])["kube"]["pd_prefill_deployment"] == "vllm-p"

@@ -498,9 +498,9 @@ class Target(abc.ABC):
         """The prefill role's pods."""
         raise CannotRun(self.pd_blocker() or "no P/D here")
 
-    def pd_rollout(self, roles: tuple[str, ...], version: str) -> Event:
-        """Roll each of `roles` (prefill, decode) to `version` at once, each Deployment
-        with its own strategy; the act's event."""
+    def pd_rollout(self, roles: tuple[str, ...], version: str, engine: dict | None = None) -> Event:
+        """Roll each of `roles` (prefill, decode) to `version` (its engine settings changed
+        by `engine`) at once, each Deployment with its own strategy; the act's event."""
         raise CannotRun(self.pd_blocker() or "no P/D here")
 
     def pd_rollout_done(self, role: str) -> bool:
@@ -516,15 +516,21 @@ class Target(abc.ABC):
         prefill pod it reached), where the target keeps one."""
         return None
 
-    def prefill_addresses(self) -> dict[str, str]:
-        """Every prefill pod's address (host:port) -> its name, the gone ones too."""
-        return {}
+    def prefill_events(self) -> list[Event]:
+        """The prefill role's pods' events (pod_created with each one's address,
+        pod_removed): who held an address when (harness.timeline.address_spans)."""
+        return []
 
-    def pd_routes(self) -> dict[str, str]:
-        """The decode pods' routes so far: request id -> (the prefill pod whose KV its
-        decode read, or its host:port, and what became of the KV: read, recomputed or
-        failed), from the decode pods' logs."""
-        raise CannotRun(self.pd_blocker() or "no P/D here")
+    def pd_routes(self) -> dict[str, tuple[str, str]]:
+        """The decode pods' routes so far: request id -> (the prefill engine's host:port
+        whose KV its decode read, and what became of the KV: read, recomputed or failed),
+        from the decode pods' logs."""
+        from harness.pd import routes_in_log
+
+        found: dict[str, tuple[str, str]] = {}
+        for path in self.engine_logs().values():
+            found |= routes_in_log(path)
+        return found
 
     @abc.abstractmethod
     def delete_pod(self, name: str, grace_s: float | None = None) -> None: ...

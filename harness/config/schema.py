@@ -429,6 +429,9 @@ class Kube:
     # refusing to read the Gateway or the class). A gateway whose class lists its features
     # without HTTPRouteRequestMirror is never sent a mirror, whatever this says
     gateway_mirrors: bool = False
+    # pd_rollout on a cluster: the prefill role's Deployment of a prefill/decode deployment
+    # (the decode role is kube.deployment, the one the gateway routes to)
+    pd_prefill_deployment: str | None = None
 
     def validate(self) -> None:
         if self.route and not (self.stable_service and self.candidate_service):
@@ -685,6 +688,9 @@ class PDRollout:
     was built from both."""
 
     version: str = ""  # the new version (default: next_version)
+    # the new version's engine settings over the old's, on both roles (on a cluster, with
+    # kube.image's tag: e.g. {model_version: v2} for rollcheck's simulator)
+    engine: dict = field(default_factory=dict)
     prompts: str | None = None  # the golden prompts (default: the canary's built-in set)
     # prefill_first and decode_first: how long the first role's rollout may take, then the
     # second's (the roles' own Deployments' strategies roll them)
@@ -696,6 +702,7 @@ class PDRollout:
     def validate(self) -> None:
         if self.role_s <= 0 or self.after_s < 0:
             raise ValueError("role_s must be above 0 and after_s at least 0")
+        _engine_keys(self.engine, "engine")
         _golden_prompts(self.prompts)
 
 

@@ -62,6 +62,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.target.pdPrefillDeployment -}}
+{{- $_ := set $kube "pd_prefill_deployment" .Values.target.pdPrefillDeployment -}}
+{{- end -}}
 {{- $_ := set $config "kube" (mergeOverwrite (deepCopy (get $config "kube" | default dict)) $kube) -}}
 {{- $load := deepCopy (get $config "load" | default dict) -}}
 {{- if .Values.target.apiKeySecret.name -}}

@@ -295,6 +295,9 @@ class Shared:
     route: dict | None = None
     # weighted_canary: the candidate Deployment made (its name) until it is deleted
     candidate: str | None = None
+    # pd_rollout: the prefill role's Deployment as it was (name, template, replicas)
+    # before the first change; PrefillRole records it, its put_back and the restore clear it
+    prefill: dict | None = None
 
     def pod(self, name: str):
         """The last pod object of that name the watches saw, or None."""

@@ -10,6 +10,7 @@ from kubernetes.client.rest import ApiException
 
 from harness.cluster.kube.common import RESTORE, Cluster, Shared, _message, connect
 from harness.cluster.kube.nodeloss import NodeLoss
+from harness.cluster.kube.pd import PrefillRole
 from harness.cluster.kube.preemption import Preemption
 from harness.cluster.kube.route import route_of
 from harness.cluster.kube.split import WeightedSplit
@@ -45,6 +46,7 @@ class Restore:
             self.s.original
             | {"cordoned": self.s.cordoned, "hpas": self.s.hpa_held, "preemptor": self.s.preemptor}
             | {"lost_node": self.s.lost_node, "route": self.s.route, "candidate": self.s.candidate}
+            | {"prefill": self.s.prefill}
         )
         self.c.patch_deployment({"metadata": {"annotations": {RESTORE: note}}})
 
@@ -78,8 +80,9 @@ class Restore:
 
     def restore(self) -> list[str]:
         """Bring back a lost node; put back replicas, the pod template, the strategy,
-        cordons, KEDA pauses, the HPAs held and an HTTPRoute's rule; remove a preemptor and
-        a weighted canary's candidate Deployment."""
+        cordons, KEDA pauses, the HPAs held, an HTTPRoute's rule and the prefill role's
+        Deployment (pd_rollout); remove a preemptor and a weighted canary's candidate
+        Deployment."""
         c, s = self.c, self.s
         done: list[str] = []
         done += NodeLoss(c, s, self.mark_pending, list).back()  # a lost node first of all
@@ -127,6 +130,7 @@ class Restore:
         done += self.remove_preemptor()
         done += self.put_back_route()
         done += self.remove_candidate()
+        done += PrefillRole(c, s, self.mark_pending).put_back()
         self.release()  # the count is the cluster's scalers' again
         c.patch_deployment({"metadata": {"annotations": {RESTORE: None}}})
         c.emit("restored", what=done)
@@ -172,6 +176,7 @@ def restore_pending(cfg: RunConfig) -> list[str]:
             lost_node=orig.get("lost_node"),
             route=orig.get("route"),
             candidate=orig.get("candidate"),
+            prefill=orig.get("prefill"),
             keda_paused=c.scaled_objects(),
         )
         try:

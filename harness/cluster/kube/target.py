@@ -23,6 +23,7 @@ from harness.cluster.kube.common import (
     prestop_s,
 )
 from harness.cluster.kube.nodeloss import NodeLoss
+from harness.cluster.kube.pd import PrefillRole
 from harness.cluster.kube.pods import PodAccess
 from harness.cluster.kube.preemption import Preemption
 from harness.cluster.kube.preflight import Preflight
@@ -97,6 +98,7 @@ class KubeTarget(Target):
         self.preemption: Preemption | None = None
         self.node_loss: NodeLoss | None = None
         self.split: WeightedSplit | None = None
+        self.prefill: PrefillRole | None = None  # a P/D deployment's prefill role
         self._weighted: tuple[str, dict | None] | None = None  # weighted_canary's (version, engine)
 
     # --- lifecycle ---------------------------------------------------------------
@@ -115,6 +117,10 @@ class KubeTarget(Target):
         self.preemption = Preemption(c, s, self.restorer.mark_pending)
         self.node_loss = NodeLoss(c, s, self.restorer.mark_pending, self.pods)
         self.split = WeightedSplit(c, s, self.restorer.mark_pending, self.watches.watch_candidate)
+        pd_kind = self.kind in ("pd_rollout", "pd_prefill")
+        self.prefill = PrefillRole(
+            c, s, self.restorer.mark_pending, self.actions.rollout_body, log=pd_kind
+        )
         dep = self.preflight.check()
         self.preflight.engine(dep)
         self.preflight.lint(dep)
@@ -130,8 +136,16 @@ class KubeTarget(Target):
         if self.k.gateway_pods_selector and not self.k.gateway_log_files:
             self.watches.follow_gateway_logs()
         no_gateway_log = not self.k.gateway_pods_selector and not self.k.gateway_log_files
-        if self.k.engine_logs == "always" or (self.k.engine_logs == "auto" and no_gateway_log):
+        # a P/D rollout traces each answer's prefill pod through its decode pod's log
+        pd = pd_kind and self.prefill.name is not None
+        if (
+            self.k.engine_logs == "always"
+            or (self.k.engine_logs == "auto" and no_gateway_log)
+            or pd
+        ):
             self.watches.follow_engine_logs()
+        if pd:
+            self.prefill.start()
 
     def close(self) -> None:
         if self.node_loss is not None:
@@ -146,6 +160,8 @@ class KubeTarget(Target):
         finally:
             if self.split is not None:
                 self.split.stop()
+            if self.prefill is not None:
+                self.prefill.stop()
             if self.watches is not None:
                 self.watches.stop_logs()
                 self.watches.stop()
@@ -284,6 +300,35 @@ class KubeTarget(Target):
             engine_of(self.cluster.read_deployment().spec.template.spec, self.shared.engine),
             self.k.deployment,
         )
+
+    # --- prefill/decode: the decode role is the Deployment, the prefill role its own ---
+    def pd_blocker(self) -> str | None:
+        if self.kind == "pd_prefill":
+            return (
+                "pd_prefill judges the decode pods by the prefill Service's log, which a "
+                "cluster's Service does not keep: it runs on the local target"
+            )
+        return self.prefill.blocker()
+
+    def prefill_pods(self) -> list[PodView]:
+        return self.prefill.pods()
+
+    def prefill_events(self) -> list[Event]:
+        return self.prefill.all_events()
+
+    def pd_rollout(self, roles: tuple[str, ...], version: str, engine: dict | None = None) -> Event:
+        acted = self.cluster.action(
+            "rollout", to_version=version, roles=list(roles), engine=engine or {}
+        )
+        for role in roles:
+            if role == "prefill":
+                self.prefill.rollout(version, engine)
+            else:
+                self.actions.rollout(version, engine)
+        return acted
+
+    def pd_rollout_done(self, role: str) -> bool:
+        return self.prefill.rollout_done() if role == "prefill" else self.actions.rollout_done()
 
     # --- weighted canary and shadow: a candidate Deployment, the user's HTTPRoute -------
     def weight_blocker(self) -> str | None:

@@ -441,12 +441,14 @@ class LocalTarget(Target):
     def prefill_pods(self):
         return self._role("prefill").views()
 
-    def pd_rollout(self, roles: tuple[str, ...], version: str) -> Event:
+    def pd_rollout(self, roles: tuple[str, ...], version: str, engine: dict | None = None) -> Event:
         controllers = [self._role(r) for r in roles]  # each known before any is touched
-        acted = self.action("rollout", to_version=version, roles=list(roles))
-        for controller in controllers:
-            t = controller.template
-            controller.set_template(Template(version, t.engine))
+        templates = [
+            Template(version, self._engine(c.template.engine, engine)) for c in controllers
+        ]
+        acted = self.action("rollout", to_version=version, roles=list(roles), engine=engine or {})
+        for controller, template in zip(controllers, templates, strict=True):
+            controller.set_template(template)
         return acted
 
     def pd_rollout_done(self, role: str) -> bool:
@@ -461,23 +463,8 @@ class LocalTarget(Target):
     def prefill_service_log(self) -> Path | None:
         return self.prefill_service.access_log if self.prefill_service else None
 
-    def pd_routes(self) -> dict[str, tuple[str, str]]:
-        from harness.pd import routes_in_log
-
-        found: dict[str, tuple[str, str]] = {}
-        for path in self.engine_logs().values():
-            found |= routes_in_log(path)
-        prefill = self.prefill_addresses()
-        return {rid: (prefill.get(addr, addr), kv) for rid, (addr, kv) in found.items()}
-
-    def prefill_addresses(self) -> dict[str, str]:
-        if self.prefill is None:
-            return {}
-        return {
-            e.detail.get("address"): e.pod
-            for e in self._prefill_events.all()
-            if e.kind == "pod_created"
-        }
+    def prefill_events(self) -> list[Event]:
+        return self._prefill_events.all() if self.prefill is not None else []
 
     def node_loss_blocker(self) -> str | None:
         return None  # its nodes' pods freeze and their ports fall silent (controller)
