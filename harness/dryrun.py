@@ -295,9 +295,9 @@ class DryRunTarget(Target):
             return super().wait_for(cond, timeout_s, what, poll_s, stall_s)
         return cond()
 
-    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None, among=None):
         """No load runs: the ready pod with the most streams in flight now (the first)."""
-        pods = self.ready_pods()
+        pods = [p for p in (among or self.pods)() if p.ready and not p.terminating]
         chosen = [p for p in pods if prefer is None or prefer(p)] or pods
         return max(chosen, key=lambda p: self.in_flight(p.name)) if chosen else None
 

@@ -33,13 +33,14 @@ def served_by(logs: Mapping[str, Path]) -> dict[str, str]:
     for pod, path in logs.items():
         if not Path(path).exists():
             continue
-        for rid in received_ids(_pieces(Path(path))):
+        for rid in received_ids(log_lines(Path(path))):
             seen.setdefault(rid, set()).add(pod)
     return {rid: next(iter(pods)) for rid, pods in seen.items() if len(pods) == 1}
 
 
-def _pieces(path: Path):
-    """A log's lines, a very long one in pieces of CHUNK_BYTES (the id is near its start)."""
+def log_lines(path: Path):
+    """A log's lines, a very long one in pieces of CHUNK_BYTES (what is read of a line is
+    near its start: a request id, a route)."""
     with open(path, encoding="utf-8", errors="replace") as f:
         while piece := f.readline(CHUNK_BYTES):
             yield piece

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from harness import checks
+from harness.cluster.target import TargetError
 from harness.gateway_logs import read_access_log
 from harness.pd import decode_fallbacks, held_by
 from harness.timeline import address_spans
@@ -33,12 +34,9 @@ def test_pd_prefill(scenario, act):
 
     # steady state: a prefill pod with prefills in flight, decode pods waiting on it
     scenario.steady_state()
-    victim = scenario.wait_for(
-        lambda: busiest(target),
-        cfg.scenario.steady_state_s,
-        "a prefill pod with a prefill in flight",
-    )
-    if not victim:
+    try:
+        victim = target.busiest_pod(1, cfg.scenario.steady_state_s, among=target.prefill_pods).name
+    except TargetError:
         scenario.inconclusive(
             "no prefill pod had a prefill in flight within scenario.steady_state_s "
             f"({cfg.scenario.steady_state_s:g} s): make prefills longer (pd.prefill_engine.ttft_s)"
@@ -129,14 +127,3 @@ def test_pd_prefill(scenario, act):
         "decode_view": decode_fallbacks(target.engine_logs().values()),
     }
     scenario.judge(checks.pd_prefill_waiting(result))
-
-
-def busiest(target) -> str | None:
-    """The ready prefill pod with the most prefills in flight (at least one), or None."""
-    running = {
-        p.name: target.pod_metrics(p.name).get("vllm:num_requests_running", 0)
-        for p in target.prefill_pods()
-        if p.ready and not p.terminating
-    }
-    name = max(running, key=running.get, default=None)
-    return name if name is not None and running[name] >= 1 else None

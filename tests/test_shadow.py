@@ -196,6 +196,15 @@ def finished(address: str) -> dict[str, float]:
     return {k[len(key) : -1]: v for k, v in m.items() if k.startswith(key)}
 
 
+def apply(gw: Nginx, endpoints: list[str], split: Split) -> None:
+    """The split set on the gateway, once nginx has applied it (within 10 s)."""
+    gw.set_endpoints(endpoints, split)
+    deadline = time.monotonic() + 10
+    while gw.applied_split != split:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("reads", [True, False], ids=["with-the-reader", "nginx-mirror-alone"])
 def test_a_mirrored_stream_is_read_to_its_end_only_with_the_reader(sim_factory, tmp_path, reads):
@@ -205,12 +214,7 @@ def test_a_mirrored_stream_is_read_to_its_end_only_with_the_reader(sim_factory, 
     gw = Nginx(tmp_path, free_port(), 0, 30, mirror_reads_answers=reads)
     gw.start()
     try:
-        split = Split("v2", 0, (cand,), (stable,), mirror=100)
-        gw.set_endpoints([stable, cand], split)
-        deadline = time.monotonic() + 10
-        while gw.applied_split != split:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        apply(gw, [stable, cand], Split("v2", 0, (cand,), (stable,), mirror=100))
         body = {"model": a.settings.model, "messages": [{"role": "user", "content": "hi"}]}
         body |= {"max_tokens": 10, "stream": True}
         took = []
@@ -252,12 +256,7 @@ def test_a_request_mirrored_just_before_the_mirror_ends_still_reaches_the_candid
     gw.start()
     try:
         for mirror in (100, 0):  # on, then off with the candidate still there
-            split = Split("v2", 0, (cand,), (stable,), mirror=mirror)
-            gw.set_endpoints([stable, cand], split)
-            deadline = time.monotonic() + 10
-            while gw.applied_split != split:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            apply(gw, [stable, cand], Split("v2", 0, (cand,), (stable,), mirror=mirror))
         # what the reader sends the candidate's server for a request mirrored before
         body = {"model": a.settings.model, "messages": [{"role": "user", "content": "hi"}]}
         r = httpx.post(f"http://127.0.0.1:{gw.mirror_port}/v1/chat/completions",

@@ -489,10 +489,7 @@ class Target(abc.ABC):
     # Service its decode pods' routing sidecars call (harness/sim/pd.py).
     def pd_blocker(self) -> str | None:
         """Why this target does not run a prefill/decode deployment."""
-        return (
-            f"the {self.name} target does not run a prefill/decode deployment yet: "
-            "pd_rollout runs on the local target"
-        )
+        return f"the {self.name} target does not run a prefill/decode deployment"
 
     def prefill_pods(self) -> list[PodView]:
         """The prefill role's pods."""
@@ -648,12 +645,14 @@ class Target(abc.ABC):
         with ThreadPoolExecutor(max_workers=max(1, len(pods))) as pool:
             list(pool.map(warm, pods))
 
-    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None, among=None):
         """The ready pod with the most running sequences, once it has min_in_flight
-        (prefer: only among the pods it accepts)."""
+        (prefer: only among the pods it accepts; among: the pods to choose from, by
+        default the Deployment's, e.g. prefill_pods)."""
 
         def found() -> PodView | None:
-            pods = [p for p in self.ready_pods() if prefer is None or prefer(p)]
+            ready = [p for p in (among or self.pods)() if p.ready and not p.terminating]
+            pods = [p for p in ready if prefer is None or prefer(p)]
             ranked = sorted(pods, key=lambda p: -self.in_flight(p.name))
             if ranked and self.in_flight(ranked[0].name) >= min_in_flight:
                 return ranked[0]

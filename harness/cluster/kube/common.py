@@ -163,6 +163,13 @@ class Cluster:
         except ApiException as exc:
             raise self.error(exc, "patch", "deployments", f"deployment {self.deployment}") from None
 
+    def replace_template(self, name: str, template: dict) -> None:
+        """A Deployment's pod template put back whole: a replace, as a strategic merge
+        would keep the args and env added since."""
+        self.apps.patch_namespaced_deployment(
+            name, self.ns, [{"op": "replace", "path": "/spec/template", "value": template}]
+        )
+
     def allowed(
         self,
         verb: str,

@@ -108,13 +108,8 @@ class Restore:
         if dep.spec.replicas != orig["replicas"]:
             body["spec"]["replicas"] = orig["replicas"]
             done.append(f"replicas {dep.spec.replicas} -> {orig['replicas']}")
-        # a replace of the template: a strategic merge would keep added args and env
         if "template" in body["spec"]:
-            c.apps.patch_namespaced_deployment(
-                c.deployment,
-                c.ns,
-                [{"op": "replace", "path": "/spec/template", "value": orig["template"]}],
-            )
+            c.replace_template(c.deployment, orig["template"])
             del body["spec"]["template"]
         if body["spec"]:
             c.patch_deployment(body)

@@ -211,9 +211,9 @@ class KubeTarget(Target):
     def pod_endpoint(self, name: str) -> tuple[str, dict]:
         return self.access.pod_endpoint(name)
 
-    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None):
+    def busiest_pod(self, min_in_flight: int = 1, timeout_s: float = 30.0, prefer=None, among=None):
         try:
-            return super().busiest_pod(min_in_flight, timeout_s, prefer)
+            return super().busiest_pod(min_in_flight, timeout_s, prefer, among)
         except TargetError as exc:
             if self.pod_access_problem:  # the pods were never read: say how it was tried
                 raise TargetError(f"{exc}; {self.pod_access_problem}") from None
