@@ -25,19 +25,21 @@ ROUTE = re.compile(
     r"P/D (?:chatcmpl|cmpl)-(?P<rid>\S+): (?P<how>KV from|KV read from|handshake with) "
     r"(?P<remote>[^\s:]+:\d+)(?P<rest>.*)$"
 )
-MAX_LOG_BYTES = 64 << 20  # the most of one decode pod's log read for its routes
+
+
+def _lines(path: Path):
+    """A decode pod's log, line by line with memory bounded (harness.engine_logs); none
+    when it is not there."""
+    from harness.engine_logs import log_lines
+
+    return log_lines(Path(path)) if Path(path).is_file() else ()
 
 
 def routes_in_log(path: Path) -> dict[str, tuple[str, str]]:
     """request id -> (the prefill engine's host:port, what became of its KV: read,
     recomputed or failed), from one decode pod's log."""
     found: dict[str, tuple[str, str]] = {}
-    try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_LOG_BYTES).decode(errors="replace")
-    except OSError:
-        return found
-    for line in text.splitlines():
+    for line in _lines(path):
         m = ROUTE.search(line)
         if m is None:
             continue
@@ -63,12 +65,7 @@ def decode_fallbacks(paths) -> dict:
     the client's error, or computed on the decode instead), and why, from their logs."""
     out = {"passed_on": 0, "fallback": 0, "why": {}}
     for path in paths:
-        try:
-            with open(path, "rb") as f:
-                text = f.read(MAX_LOG_BYTES).decode(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
+        for line in _lines(path):
             m = FAILED_PREFILL.search(line)
             if m is None:
                 continue
@@ -170,6 +167,14 @@ class GoldenLoop:
             threading.Thread(target=self._run, args=(i,), name=f"golden-{i}", daemon=True)
             for i in range(streams)
         ]
+
+    def ask_each(self) -> dict:
+        """Each golden prompt once, one at a time: prompt id -> its answer."""
+        from harness.canary import ask
+
+        answers = ask(self.url, self.prompts, self.model, headers=self.headers,
+                      stall_timeout_s=self.stall_timeout_s, concurrency=1)  # fmt: skip
+        return {a.prompt_id: a for a in answers}
 
     def start(self) -> None:
         for t in self._threads:

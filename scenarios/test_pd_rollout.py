@@ -36,23 +36,6 @@ def test_pd_rollout(scenario, order):
     scenario.require_candidate(new, cfg.engine, "pd_rollout.version" if cfg.version else "")
     prompts = canary.load_prompts(cfg.prompts)
 
-    def ask() -> dict[str, canary.Answer]:
-        """The golden prompts through the gateway, one at a time."""
-        return {
-            a.prompt_id: a
-            for a in canary.ask(
-                target.gateway_url,
-                prompts,
-                scenario.cfg.load.model,
-                headers=target.auth_headers(),
-                stall_timeout_s=scenario.cfg.slo.stall_timeout_s,
-                concurrency=1,
-            )
-        }
-
-    # steady state; the old version's answers from its own pair
-    scenario.steady_state()
-    before = ask()
     loop = GoldenLoop(
         target.gateway_url,
         prompts,
@@ -60,6 +43,10 @@ def test_pd_rollout(scenario, order):
         headers=target.auth_headers(),
         stall_timeout_s=scenario.cfg.slo.stall_timeout_s,
     )
+
+    # steady state; the old version's answers from its own pair
+    scenario.steady_state()
+    before = loop.ask_each()
     loop.start()
 
     # act: each step's roles at once, each step once the one before has run its course
@@ -84,7 +71,7 @@ def test_pd_rollout(scenario, order):
         scenario.hold(cfg.after_s, "golden prompts after the rollout")
     finally:
         answers = loop.stop(scenario.cfg.slo.stall_timeout_s + 5)
-    after = ask()  # the new version's answers from its own pair
+    after = loop.ask_each()  # the new version's answers from its own pair
     scenario.wait_recovered()
     scenario.cool_down()
 

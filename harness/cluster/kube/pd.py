@@ -34,6 +34,8 @@ class PrefillRole:
             folder.mkdir(parents=True, exist_ok=True)
         self.events = EventLog(folder / "events.jsonl" if log and self.name else None)
         self._seen: dict[str, PodView] = {}  # uid -> its last view
+        self._selector: str | None = None  # its pods' label selector, read once
+        self._engine: str | None = None  # its engine container's name
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,14 +100,16 @@ class PrefillRole:
             self._stop.wait(POLL_S)
 
     def pods(self) -> list[PodView]:
-        dep = self.read()
-        selector = ",".join(f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items())
+        if self._selector is None:  # immutable in apps/v1, as a rollout keeps its container
+            dep = self.read()
+            labels = dep.spec.selector.match_labels or {}
+            self._selector = ",".join(f"{k}={v}" for k, v in labels.items())
+            self._engine = engine_of(dep.spec.template.spec, self.s.engine).name
         try:
-            items = self.c.core.list_namespaced_pod(self.c.ns, label_selector=selector).items
+            found = self.c.core.list_namespaced_pod(self.c.ns, label_selector=self._selector)
         except ApiException as exc:
             raise self.c.error(exc, "list", "pods", f"the pods of {self.name}") from None
-        engine = engine_of(dep.spec.template.spec, self.s.engine).name
-        views = {p.metadata.uid: pod_view(p, self.s.port, engine) for p in items}
+        views = {p.metadata.uid: pod_view(p, self.s.port, self._engine) for p in found.items}
         with self._lock:  # the poller's and a scenario's listings, one at a time
             for uid, v in views.items():
                 old = self._seen.get(uid)
@@ -164,12 +168,7 @@ class PrefillRole:
             raise self.c.error(exc, "get", "deployments", f"deployment {record['name']}") from None
         done = []
         if self.c.api.sanitize_for_serialization(dep.spec.template) != record["template"]:
-            # a replace: a strategic merge would keep added args and env
-            self.c.apps.patch_namespaced_deployment(
-                record["name"],
-                self.c.ns,
-                [{"op": "replace", "path": "/spec/template", "value": record["template"]}],
-            )
+            self.c.replace_template(record["name"], record["template"])
             done.append(f"Deployment {record['name']}'s pod template")
         if dep.spec.replicas != record["replicas"]:
             self.c.apps.patch_namespaced_deployment(

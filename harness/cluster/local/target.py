@@ -45,6 +45,7 @@ class LocalTarget(Target):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._events = EventLog(self.run_dir / "events.jsonl")
+        self._recorder = _Recorder(self, self._events)
         self._pidfile = PidFile("local-target")
         self._canary_baseline: Template | None = None  # start_canary: the template before
         self.prefill: Controller | None = None
@@ -93,7 +94,7 @@ class LocalTarget(Target):
             mirror_reads_answers=config.gateway.mirror_reads_answers,
         )
         self.controller = Controller(
-            config, self.run_dir, _Recorder(self, self._events), self.gateway, engine=engine
+            config, self.run_dir, self._recorder, self.gateway, engine=engine
         )
         self._started = False
 
@@ -140,7 +141,7 @@ class LocalTarget(Target):
         self.close()
 
     def _emit(self, kind: str, **kw) -> Event:
-        return _Recorder(self, self._events).emit(kind, **kw)
+        return self._recorder.emit(kind, **kw)
 
     def _remember(self, name: str, pgid: int) -> None:
         self._pidfile.remember(name, pgid)
