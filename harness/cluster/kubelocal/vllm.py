@@ -8,6 +8,13 @@ compiles its kernels at start-up through torch's inductor, with g++, and its ext
 link system libraries). Its compile caches are a hostPath beside the install, so a
 second start reuses the first one's work, and /dev/shm is an emptyDir in memory.
 
+A pod is warmed before it is Ready: its startup probe succeeds only once the engine has
+answered a short prompt and one of the load's longest (`warm_prompt_tokens`). A CPU
+engine's first prefill of a prompt length is seconds (15-24 s for the load's first
+149-token prompts on a pod warmed with short ones, docs/facts.md); the harness warms
+the pods there at the steady state, and a replacement that took the load cold broke the
+TTFT budget after a drain that was otherwise well handled (CI, 2026-12-06).
+
 The Deployment has deploy/vllm's shape (preStop, grace, probes, a GPU limit) with the
 real engine's time scale on 2 CPU cores (harness/config/schema.py's
 REAL_ENGINE_DEFAULTS). The engine's OpenMP thread is not bound to a CPU
@@ -18,6 +25,7 @@ unbound the kernel spreads the pods' engines over the cores as it does any pod's
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -37,11 +45,14 @@ def vllm_objects(
     prestop_s: float = 1,
     grace_s: int | None = None,
     max_num_seqs: int = 4,
+    warm_prompt_tokens: int = 64,
 ) -> list[dict]:
     """A Deployment, Service and PodDisruptionBudget (maxUnavailable 1) running `vllm
     serve` on a locally built model; shutdown_timeout_s 0 is vLLM's default (abort at
     SIGTERM). The grace period, unless given, outlasts preStop + the shutdown timeout by
-    15 s. EngineUnavailable (with the command to run) when vLLM is not installed."""
+    15 s. warm_prompt_tokens: the load's longest prompt (load.prompt_tokens), which the
+    startup probe has the engine answer before the pod is Ready. EngineUnavailable (with
+    the command to run) when vLLM is not installed."""
     if grace_s is None:
         grace_s = max(30, math.ceil(prestop_s + shutdown_timeout_s) + 15)
     venv, model_dir = vllm.venv(), vllm.model_dir(model)
@@ -64,7 +75,8 @@ def vllm_objects(
         "OMP_NUM_THREADS": "1",
     }
     mounts, volumes = _engine_volumes(venv, model_dir, caches)
-    container = _engine_container(command, env, mounts, prestop_s)
+    warm = warm_probe(venv, served_name, warm_prompt_tokens)
+    container = _engine_container(command, env, mounts, prestop_s, warm)
     labels = {"app": name}
     deployment = {
         "apiVersion": "apps/v1",
@@ -115,7 +127,36 @@ def _engine_volumes(venv: Path, model_dir: Path, caches: Path) -> tuple[list, li
     return mounts, volumes
 
 
-def _engine_container(command: list[str], env: dict, mounts: list, prestop_s: float) -> dict:
+TWO = {"max_tokens": 2, "ignore_eos": True}  # each warm-up answer
+WARM_SCRIPT = """
+import sys, urllib.request
+try:
+    for body in sys.argv[2:]:
+        req = urllib.request.Request(sys.argv[1], body.encode(), {"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=50).read()
+except Exception as e:
+    sys.exit(f"not warmed yet: {e}")
+"""
+
+
+def warm_probe(venv: Path, served_name: str, prompt_tokens: int) -> dict:
+    """An exec probe that has the engine answer a short prompt and one of prompt_tokens
+    (two tokens each, not streamed): it fails while the engine is not up (connection
+    refused), and succeeds once both answers came."""
+    from loadgen.settings import prompt_text
+
+    bodies = [
+        json.dumps({"model": served_name, "messages": [{"role": "user", "content": p}]} | TWO)
+        for p in ("warm-up: count to ten", prompt_text(prompt_tokens, 0))
+    ]
+    python = str(venv / "bin" / "python")
+    url = f"http://127.0.0.1:{PORT}/v1/chat/completions"
+    return {"exec": {"command": [python, "-c", WARM_SCRIPT, url, *bodies]}, "timeoutSeconds": 110}
+
+
+def _engine_container(
+    command: list[str], env: dict, mounts: list, prestop_s: float, warm: dict
+) -> dict:
     # /health is answered by the API server's event loop, which also streams every answer:
     # beside a replacement's start it once took over 2 s, and a readiness that failed at
     # one slow answer took the only serving pod out of the Service during a drain (CI: 10
@@ -133,8 +174,9 @@ def _engine_container(command: list[str], env: dict, mounts: list, prestop_s: fl
             "limits": {"nvidia.com/gpu": "1"},
         },
         # start-up: about a minute here, minutes on a cold compile cache; the harness's
-        # own waits follow the engine, so the kubelet's bound is generous
-        "startupProbe": probe | {"periodSeconds": 1, "failureThreshold": 1200},
+        # own waits follow the engine, so the kubelet's bound is generous. Started once
+        # the engine has answered the warm-up prompts (Ready a second after).
+        "startupProbe": warm | {"periodSeconds": 2, "failureThreshold": 600},
         "readinessProbe": probe | {"periodSeconds": 1, "failureThreshold": 3},
         "livenessProbe": probe | {"periodSeconds": 5, "failureThreshold": 6},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", f"{prestop_s:g}"]}}},
