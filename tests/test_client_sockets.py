@@ -26,6 +26,12 @@ STALL_S = 0.6
 
 class Handler(socketserver.BaseRequestHandler):
     def handle(self):
+        try:
+            self.answer()
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the client closed first (it judged the stream already): nothing to send
+
+    def answer(self):
         sock: socket.socket = self.request
         request = read_request(sock)
         if request is None:
