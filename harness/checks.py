@@ -2100,7 +2100,7 @@ def weighted_candidate(result: dict) -> Check:
             return inconclusive(
                 name,
                 expected=expected,
-                reason=f"rolled back at {live['percent']:g}% on the streams ended by then ("
+                reason=f"rolled back at {live['percent']:g}% on the streams judged then ("
                 + "; ".join(live["reasons"])
                 + "), which the step's final records do not confirm",
             )

@@ -328,6 +328,9 @@ class DryRunLoad:
     def outlasting(self, t: float) -> set[str] | None:
         return None  # no stream, so none traced to a pod
 
+    def settled_at(self) -> float | None:
+        return None  # no stream in flight: none to wait for
+
     def wait_until_in_flight(self, n: int, timeout_s: float = 30.0) -> None:
         return None
 

@@ -149,7 +149,8 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
         ]
     if kind == "weighted_canary":
         w = cfg.weighted_canary
-        # a step ends once the candidate has served min_samples streams at its weight
+        # a step ends once it holds min_samples / weight streams (the candidate's
+        # min_samples, expected) and the candidate served them
         rate = load.users / max(0.1, answer_s(cfg, _mean_tokens(load)))
         steps = sum(
             max(w.step_s, min(w.step_max_s, w.min_samples / (rate * p / 100))) for p in w.steps

@@ -263,6 +263,13 @@ class LoadRun:
             "broken": sum(outcomes.values()) - complete,
         }
 
+    def settled_at(self) -> float | None:
+        """The time before which every stream sent has its record in records.jsonl (the
+        oldest stream in flight's start); None before the workers first reported. Read it
+        before the records: a stream sent before it has ended, whatever its pace, so a
+        count of the streams sent before it does not favour the faster answers."""
+        return (self.status() or {}).get("settled_at")
+
     def outlasting(self, t: float) -> set[str] | None:
         """The pods (addresses, as the gateway names them) holding a stream that should
         still be streaming at epoch time t, at its pace so far; None when the gateway

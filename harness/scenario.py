@@ -547,18 +547,22 @@ class Scenario:
         url, settings = self.target.pod_endpoint(pod.name)
         return self.load.ask(url, prompts, model or self.cfg.load.model, settings)
 
-    def traced_so_far(self) -> list:
+    def traced_so_far(self) -> tuple[list, float]:
         """The load's records so far (the streams that have ended), each traced to its pod
-        and version through the gateway's log as gather() traces them at the end: for a
-        decision made while the load runs (weighted_canary's steps). A line the load's
-        master is still writing is left for the next call."""
+        and version through the gateway's log as gather() traces them at the end, and the
+        time before which every stream sent has ended (LoadRun.settled_at): for a
+        decision made while the load runs (weighted_canary's steps), which counts the
+        streams sent before that time (the ones ended by now favour the faster answers).
+        A line the load's master is still writing is left for the next call."""
         from harness.streams import StreamRecord
 
+        settled = self.load.settled_at() if self.load is not None else None
+        settled = time.time() if settled is None else settled
         path = self.run_dir / "records.jsonl"
         try:
             text = path.read_text(errors="replace")
         except OSError:
-            return []
+            return [], settled
         records = [
             StreamRecord.from_dict(json.loads(line))
             for line in text[: text.rfind("\n") + 1].splitlines()
@@ -567,7 +571,7 @@ class Scenario:
         access_path, _ = self.target.gateway_logs()
         access = read_access_log(access_path)[0] if access_path else []
         correlate(records, access, self.target.events())
-        return records
+        return records, settled
 
     def ask_each(self, pods: list, prompts: list, model: str | None = None) -> dict[str, list]:
         """ask() of every pod at once (each pod still one prompt at a time): pod name ->

@@ -77,6 +77,8 @@ class WorkerState:
         self.in_flight: set[gevent.Greenlet] = set()
         # each stream in flight: its observer and the answer length it asked for
         self.live: dict[gevent.Greenlet, tuple[StreamObserver, int | None]] = {}
+        # and when it was started (at or before its record's sent_at)
+        self.started: dict[gevent.Greenlet, float] = {}
         # how late the hub runs (harness.client_delay): a histogram a second, shipped
         # to the master; the last half minute of them for the live status
         self.delay = client_delay.Windows()
@@ -134,6 +136,7 @@ class WorkerState:
         )
         me = gevent.getcurrent()
         self.in_flight.add(me)
+        self.started[me] = time.time()
 
         def keep(record: StreamRecord) -> None:
             record.tags = tags
@@ -155,6 +158,7 @@ class WorkerState:
         finally:
             self.in_flight.discard(me)
             self.live.pop(me, None)
+            self.started.pop(me, None)
 
     def streams(self) -> list[dict]:
         """The streams in flight whose gateway named their pod: the pod's address, and
@@ -170,6 +174,9 @@ class WorkerState:
         return out
 
     def message(self, environment, done: bool = False) -> dict:
+        # every stream started before settled_at has its record in this batch or an
+        # earlier one: the oldest stream in flight's start, or now with none in flight
+        settled_at = min(self.started.values(), default=time.time())
         batch, self.batch = self.batch, []
         runner = environment.runner
         windows = self.delay.take(final=done)
@@ -181,6 +188,7 @@ class WorkerState:
             "finished": self.finished,
             "outcomes": dict(self.outcomes),
             "in_flight": len(self.in_flight),
+            "settled_at": settled_at,
             "streams": self.streams(),
             "loop_lag": client_delay.summarize(self.recent_delay) or _pcts([]),
             "rate_lag": _pcts(self.rate_lag),
@@ -251,6 +259,8 @@ class Collector:
             "sent": sum(w["sent"] for w in ws),
             "records": self.written,
             "in_flight": sum(w["in_flight"] for w in ws),
+            # every stream sent before it has its record written (None: no worker yet)
+            "settled_at": min((w.get("settled_at") or 0 for w in ws), default=None),
             "outcomes": _summed([w.get("outcomes") or {} for w in ws]),
             "streams": [s for w in ws for s in w.get("streams") or []],
             "workers": self.workers,

@@ -3,11 +3,12 @@ steps (weighted_canary.steps, e.g. 10%, 50%, 100%), as a Gateway API HTTPRoute's
 backendRefs weights move it. Before any traffic moves, the candidate's answers to golden
 prompts are compared with a baseline replica's (each asked directly). At each step the
 candidate has ceil(weight x replicas) replicas (as Argo Rollouts scales a canary), and
-the step is observed for weighted_canary.step_s, longer while the candidate has served
-fewer than weighted_canary.min_samples streams: the share each version served (every
-stream traced to its pod through the gateway's log) against the weight, and the
-candidate's streams against the baseline's (broken streams, goodput, TTFT and median
-ITL, with the tests a session comparison makes). A step that fails rolls back (weight 0,
+the step is observed for weighted_canary.step_s, and on until it holds the streams that
+give the candidate weighted_canary.min_samples at its weight and the candidate served as
+many: the share each version served (every stream traced to its pod through the
+gateway's log) against the weight, and the candidate's streams against the baseline's
+(broken streams, goodput, TTFT and median ITL, with the tests a session comparison
+makes). A step that fails rolls back (weight 0,
 the candidate's replicas removed); the last one passing promotes (the gateway routes to
 every replica alike again, and the rollout goes on).
 """
@@ -85,7 +86,7 @@ def test_weighted_canary(scenario):
     scenario.extras["weighted_canary"] = {
         "version": version,
         "steps_asked": cfg.steps,
-        "steps": steps,  # as judged live, on the streams ended by each step's end
+        "steps": steps,  # as judged live, on the streams sent and ended by each step's end
         "action": action,
         "golden": golden.to_dict() | {"baseline_pod": baseline_pod.name},
         "candidate_pod": candidate_pod.name,
@@ -97,8 +98,9 @@ def test_weighted_canary(scenario):
 
 def observe_step(scenario, version: str, percent: float):
     """Scale the candidate to its replicas for `percent`, give it the weight, and observe
-    the step from when the gateway applied it: the judgement on the streams ended by the
-    step's end."""
+    the step from when the gateway applied it: the judgement on the streams sent from then
+    to the step's end, or to when the oldest stream still in flight was sent (every one
+    counted has ended, the slower version's as much as the faster's)."""
     cfg, target = scenario.cfg.weighted_canary, scenario.target
     replicas = candidate_replicas(percent, scenario.cfg.replicas)
     target.scale_candidate(replicas)
@@ -134,18 +136,19 @@ def observe_step(scenario, version: str, percent: float):
     scenario.hold(cfg.step_s, f"{percent:g}% of the requests on {version}")
     reference = None
     while True:
-        records = scenario.traced_so_far()
+        records, settled = scenario.traced_so_far()
         if reference is None:  # the baseline before any traffic moved (a step at 100%)
             first = windows(target.events(), time.time())[0].start  # this one, at the latest
             reference = [r for r in records if r.sent_at < first]
         step = judge_step(
-            Window(percent, applied, time.time()),
+            Window(percent, applied, max(applied, min(time.time(), settled))),
             records,
             version,
             reference,
             scenario.cfg.slo.ttft_s,
             cfg.min_samples,
         )
-        if step.candidate >= cfg.min_samples or time.time() - applied >= cfg.step_max_s:
+        if step.has_enough(cfg.min_samples) or time.time() - applied >= cfg.step_max_s:
             return step
         scenario.load.hold(POLL_S, f"{percent:g}% on {version}")
+

@@ -69,6 +69,40 @@ def test_records_reach_the_master_and_long_streams_are_cancelled(sim_factory, tm
     assert doubled.observed["dupes"] == 1 and swapped.observed["dupes"] == 1
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_stream_sent_before_the_settled_time_has_its_record(sim_factory, tmp_path, workers):
+    """A step that counts the streams ended by now counts the faster answers more: the
+    settled time is the one before which every stream sent has its record, however long
+    it ran (a 300-token answer, 6 s, beside 10-token ones)."""
+    sim = sim_factory(itl_s=0.02)
+    s = settings(
+        workers=workers, max_tokens=[Share(10)], long_answer_user=True, long_answer_tokens=300
+    )
+    run = LoadRun(sim.url, tmp_path, s, Thresholds(15))
+    path = tmp_path / "records.jsonl"
+    seen = []  # (when read, the settled time, the request ids written by then)
+    with run:
+        run.wait_until_sent(12, timeout_s=30)
+        deadline = time.time() + 8
+        while time.time() < deadline:
+            settled = run.settled_at()  # read before the records, as a step reads them
+            text = path.read_text() if path.exists() else ""
+            ids = {
+                json.loads(line)["request_id"] for line in text[: text.rfind("\n") + 1].splitlines()
+            }
+            seen.append((time.time(), settled, ids))
+            time.sleep(0.2)
+    records = run.result.records
+    assert run.result.problems == []
+    for _, settled, ids in seen:
+        assert settled is not None
+        before = {r.request_id for r in records if r.sent_at < settled}
+        assert before <= ids, f"{len(before - ids)} sent before the settled time unrecorded"
+    # the long answer in flight held the settled time seconds back, while short answers
+    # sent after it had their records
+    assert any(now - settled > 1.0 for now, settled, _ in seen)
+
+
 def test_killed_worker_is_reported(sim_factory, tmp_path):
     sim = sim_factory(itl_s=0.02)
     run = LoadRun(sim.url, tmp_path, settings(workers=2, users=6), Thresholds(5))

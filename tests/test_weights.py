@@ -13,7 +13,14 @@ from harness.cluster.local.nginx import Nginx, Split
 from harness.events import Event
 from harness.proc import free_port
 from harness.streams import Outcome, StreamRecord
-from harness.weights import Window, candidate_replicas, judge_step, split_tolerance, windows
+from harness.weights import (
+    Step,
+    Window,
+    candidate_replicas,
+    judge_step,
+    split_tolerance,
+    windows,
+)
 
 
 def rec(i: int, version: str, t: float, ttft: float = 0.05, outcome=Outcome.COMPLETE):
@@ -36,6 +43,18 @@ def test_the_tolerance_is_ten_points_or_three_sigmas():
     # few requests: 3 sigma of 20 at 50% is 33.5 points
     assert split_tolerance(0.5, 20) == pytest.approx(3 * (0.25 / 20) ** 0.5)
     assert split_tolerance(0.1, 0) == float("inf")
+
+
+@pytest.mark.unit
+def test_a_step_ends_on_the_streams_its_weight_needs_not_on_the_candidates_luck():
+    step = lambda percent, n, cand: Step(percent, 0, 1, requests=n, candidate=cand)  # noqa: E731
+    # the demo's 10% step: 12 of the first 51 streams were the candidate's; it goes on
+    assert not step(10, 51, 12).has_enough(10)
+    assert not step(10, 100, 9).has_enough(10)  # the count reached, the candidate's not
+    assert step(10, 100, 10).has_enough(10)
+    assert step(50, 20, 10).has_enough(10) and not step(50, 19, 12).has_enough(10)
+    assert step(100, 10, 10).has_enough(10)
+    assert step(30, 67, 20).has_enough(20) and not step(30, 66, 20).has_enough(20)
 
 
 @pytest.mark.unit

@@ -586,8 +586,8 @@ class WeightedCanary:
     engine: dict = field(default_factory=dict)
     steps: list[float] = field(default_factory=lambda: [10.0, 50.0, 100.0])  # % of requests
     step_s: float = 10.0  # each step observed at least this long
-    # and on, while the candidate has served fewer than min_samples streams at the weight,
-    # up to this long (then the step cannot tell, and rolls back)
+    # and on, until the step holds min_samples / weight streams and min_samples of them
+    # are the candidate's, up to this long (then the step cannot tell, and rolls back)
     step_max_s: float = 120.0
     min_samples: int = 20  # each version's streams a step compares, at the least
     # the golden prompts, asked of the candidate and of a baseline replica directly before

@@ -492,8 +492,9 @@ def _weighted_section(w: dict | None) -> str:
         f"<code>{_e(golden.get('baseline_pod'))}</code> and "
         f"<code>{_e(w.get('candidate_pod'))}</code> directly). Steps asked: "
         + ", ".join(f"{_e(f'{p:g}')}%" for p in w.get("steps_asked") or [])
-        + ". Each step as judged at its end, on the streams ended by then (at least "
-        f"{_e(w.get('min_samples'))} of the candidate's, or the step's longest window).</p>"
+        + ". Each step as judged at its end, on the streams sent in it that had ended by "
+        f"then (at least {_e(w.get('min_samples'))} of the candidate's and as many as its "
+        "weight gives that, or the step's longest window).</p>"
     )
     rows = []
     for step in w.get("steps") or []:
