@@ -28,8 +28,10 @@ from harness.config.load import LoadSettings, ModelShare, Share, check_models, w
 from harness.errors import RollcheckError
 from harness.files import check_writable, open_append, write_atomic
 from harness.load_sizing import TARGET_CPU, Sizing, size
+from harness.load_status import FILE as STATUS_FILE
+from harness.load_status import LoadStatus
 from harness.proc import free_port, kill_group
-from harness.streams import Outcome, StreamRecord, Thresholds, read_jsonl
+from harness.streams import StreamRecord, Thresholds, read_jsonl
 from harness.waits import hold, wait_until
 
 LOCUSTFILE = Path(loadgen.__file__).parent / "locustfile.py"
@@ -47,20 +49,13 @@ class LoadError(RollcheckError, RuntimeError):
 class LoadResult:
     records: list[StreamRecord]
     sent: int
-    status: dict
+    status: LoadStatus
     problems: list[str] = field(default_factory=list)
 
     @property
     def outcome_total(self) -> int:
-        """The outcomes the workers counted as they judged each stream (status.json's
-        "outcomes", summed over the workers): counted apart from the records written, so
-        a record lost or written twice between a worker and records.jsonl shows."""
-        counted = self.status.get("outcomes") if isinstance(self.status, dict) else None
-        if not isinstance(counted, dict):
-            return 0
-        return sum(
-            n for k, n in counted.items() if k in Outcome._value2member_map_ and isinstance(n, int)
-        )
+        """The outcomes the workers counted (LoadStatus.outcome_total)."""
+        return self.status.outcome_total
 
     def accounting_ok(self) -> bool:
         return not self.problems
@@ -188,7 +183,7 @@ class LoadRun:
 
     def start(self) -> LoadRun:
         self.load_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("stop", "status.json"):
+        for stale in ("stop", STATUS_FILE):
             (self.load_dir / stale).unlink(missing_ok=True)
         (self.run_dir / "records.jsonl").unlink(missing_ok=True)
         s = self.settings
@@ -243,24 +238,20 @@ class LoadRun:
             os.sched_setaffinity(proc.pid, self.settings.cpus)
         return proc
 
-    def status(self) -> dict | None:
-        try:
-            return json.loads((self.load_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            return None
+    def status(self) -> LoadStatus | None:
+        return LoadStatus.read(self.load_dir)
 
     def counts(self) -> dict:
         """Live counts: sent, finished (records written), in flight, and of the finished,
         complete and broken (every other outcome) as the workers judged them."""
-        st = self.status() or {}
-        outcomes = st.get("outcomes") or {}
-        complete = outcomes.get("complete", 0)
+        st = self.status() or LoadStatus()
+        complete = st.outcomes.get("complete", 0)
         return {
-            "sent": st.get("sent", 0),
-            "finished": st.get("records", 0),
-            "in_flight": st.get("in_flight", 0),
+            "sent": st.sent,
+            "finished": st.records,
+            "in_flight": st.in_flight,
             "complete": complete,
-            "broken": sum(outcomes.values()) - complete,
+            "broken": sum(st.outcomes.values()) - complete,
         }
 
     def settled_at(self) -> float | None:
@@ -268,36 +259,32 @@ class LoadRun:
         oldest stream in flight's start); None before the workers first reported. Read it
         before the records: a stream sent before it has ended, whatever its pace, so a
         count of the streams sent before it does not favour the faster answers."""
-        return (self.status() or {}).get("settled_at")
+        return (self.status() or LoadStatus()).settled_at
 
     def outlasting(self, t: float) -> set[str] | None:
         """The pods (addresses, as the gateway names them) holding a stream that should
         still be streaming at epoch time t, at its pace so far; None when the gateway
         names no stream's pod (only rollcheck's own nginx is known to)."""
-        streams = (self.status() or {}).get("streams") or []
+        streams = (self.status() or LoadStatus()).streams
         named = [s for s in streams if isinstance(s, dict) and s.get("upstream")]
         if not named:
             return None
         return {s["upstream"] for s in named if (s.get("ends_at") or 0) > t}
 
     def wait_until_in_flight(self, n: int, timeout_s: float = 30.0) -> None:
-        self._wait(
-            lambda st: st and st.get("in_flight", 0) >= n, timeout_s, f"{n} streams in flight"
-        )
+        self._wait(lambda st: st.in_flight >= n, timeout_s, f"{n} streams in flight")
 
     def wait_until_step(self, timeout_s: float) -> float:
         """When the step shape's load step happened (epoch seconds, Locust's own clock)."""
-        return self._wait(lambda st: st and st.get("step_at"), timeout_s, "the load step")[
-            "step_at"
-        ]
+        return self._wait(lambda st: st.step_at, timeout_s, "the load step").step_at
 
     def wait_until_sent(self, n: int, timeout_s: float = 30.0) -> None:
-        self._wait(lambda st: st and st.get("sent", 0) >= n, timeout_s, f"{n} requests sent")
+        self._wait(lambda st: st.sent >= n, timeout_s, f"{n} requests sent")
 
-    def _wait(self, cond, timeout_s: float, what: str) -> dict:
+    def _wait(self, cond, timeout_s: float, what: str) -> LoadStatus:
         def status_if_met():
             st = self.status()
-            return st if cond(st) else None
+            return st if st is not None and cond(st) else None
 
         return wait_until(
             status_if_met,
@@ -321,7 +308,7 @@ class LoadRun:
         data = {"seq": seq, "models": [asdict(m) for m in models]}
         write_atomic(self.load_dir / "models.json", json.dumps(data))
         self._wait(
-            lambda st: st and st.get("models_seq", 0) >= seq,
+            lambda st: st.models_seq >= seq,
             timeout_s,
             f"every worker to take the model mix {seq}",
         )
@@ -378,16 +365,16 @@ class LoadRun:
             if code != 0:
                 problems.append(f"worker-{i} exited with code {code}: {self._tail(f'worker-{i}')}")
         self.close()
-        status = self.status() or {}
+        status = self.status() or LoadStatus()
         records = (
             list(read_jsonl(self.run_dir / "records.jsonl", limit=OWN_RECORDS_LIMIT))
             if (self.run_dir / "records.jsonl").exists()
             else []
         )
-        sent = status.get("sent", 0)
-        if status.get("state") != "done":
+        sent = status.sent
+        if status.state != "done":
             problems.append(f"Locust ended without finishing the run ({self._tail('master')})")
-        for wid in status.get("lost_workers", []):
+        for wid in status.lost_workers:
             problems.append(f"worker {wid} never reported its last records")
         result = LoadResult(records, sent, status)
         ids = [r.request_id for r in records]

@@ -32,6 +32,7 @@ from harness.gateway_logs import (
     record_ids,
 )
 from harness.load import LoadError, LoadRun
+from harness.load_status import LoadStatus
 from harness.plan import hpa_desired
 from harness.progress import Progress
 from harness.streams import Thresholds, write_jsonl
@@ -102,7 +103,7 @@ class Scenario:
         self.t_step: float | None = None
         self._restarts_at_kill = 0
         self.summary: dict | None = None
-        self.load_status: str | None = None  # the load's own account of its end (gather)
+        self.load_status: LoadStatus | None = None  # the load's own account of its end (gather)
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
         self._health_stop = threading.Event()
         self._health_thread: threading.Thread | None = None

@@ -31,7 +31,8 @@ from harness import client_delay
 from harness.client import chat_payload, make_client, new_request_id, stream_request
 from harness.config import build
 from harness.config.load import LoadSettings, ModelShare, draw_model
-from harness.files import open_append, write_atomic
+from harness.files import open_append
+from harness.load_status import LoadStatus
 from harness.proc import pid_alive
 from harness.quantiles import quantile_of_sorted
 from harness.streams import StreamObserver, StreamRecord, Thresholds
@@ -247,33 +248,31 @@ class Collector:
         )
         self.workers[msg.node_id] = info
 
-    def status(self) -> dict:
+    def status(self) -> LoadStatus:
         ws = self.workers.values()
         runner = self.env.runner
         cpu = any(w.get("cpu_warning") for w in ws) or bool(
             getattr(runner, "worker_cpu_warning_emitted", False)
             or getattr(runner, "cpu_warning_emitted", False)
         )
-        return {
-            "state": self.state,
-            "sent": sum(w["sent"] for w in ws),
-            "records": self.written,
-            "in_flight": sum(w["in_flight"] for w in ws),
-            # every stream sent before it has its record written (None: no worker yet)
-            "settled_at": min((w.get("settled_at") or 0 for w in ws), default=None),
-            "outcomes": _summed([w.get("outcomes") or {} for w in ws]),
-            "streams": [s for w in ws for s in w.get("streams") or []],
-            "workers": self.workers,
-            "lost_workers": self.lost,
-            "cpu_warning": cpu,
-            "time": time.time(),
-            "step_at": STEP_AT[0] if STEP_AT else None,
-            # the model mix every worker has taken (LoadRun.set_models waits for it)
-            "models_seq": min((w.get("models_seq", 0) for w in ws), default=0),
-        }
+        return LoadStatus(
+            state=self.state,
+            sent=sum(w["sent"] for w in ws),
+            records=self.written,
+            in_flight=sum(w["in_flight"] for w in ws),
+            settled_at=min((w.get("settled_at") or 0 for w in ws), default=None),
+            outcomes=_summed([w.get("outcomes") or {} for w in ws]),
+            streams=[s for w in ws for s in w.get("streams") or []],
+            workers=self.workers,
+            lost_workers=self.lost,
+            cpu_warning=cpu,
+            time=time.time(),
+            step_at=STEP_AT[0] if STEP_AT else None,
+            models_seq=min((w.get("models_seq", 0) for w in ws), default=0),
+        )
 
     def write_status(self) -> None:
-        write_atomic(RUN_DIR / "load" / "status.json", json.dumps(self.status()))
+        self.status().write(RUN_DIR / "load")
 
     def run(self) -> None:
         stop_file = RUN_DIR / "load" / "stop"

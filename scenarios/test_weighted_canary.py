@@ -151,4 +151,3 @@ def observe_step(scenario, version: str, percent: float):
         if step.has_enough(cfg.min_samples) or time.time() - applied >= cfg.step_max_s:
             return step
         scenario.load.hold(POLL_S, f"{percent:g}% on {version}")
-

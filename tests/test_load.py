@@ -123,7 +123,7 @@ def test_poisson_rate(sim_factory, tmp_path):
     run = LoadRun(sim.url, tmp_path, s, Thresholds(5))
     run.start()
     run.wait_until_sent(1)
-    first = run.status()["time"]
+    first = run.status().time
     import time
 
     time.sleep(seconds)
@@ -291,7 +291,7 @@ def test_external_workers_connect_through_the_configured_address_and_ship_every_
     assert result.problems == []
     assert result.sent == len(result.records) >= 20
     assert {r.outcome for r in result.records} == {"complete"}
-    shipped_by = {w["pid"] for w in run.status()["workers"].values() if w["sent"]}
+    shipped_by = {w["pid"] for w in run.status().workers.values() if w["sent"]}
     assert shipped_by == {w.pid for w in workers}
     assert not list(elsewhere.iterdir())  # a worker writes nothing of its own
 

@@ -519,7 +519,8 @@ def test_the_gateway_names_each_streams_pod_while_it_streams(target_factory, tmp
         run.wait_until_in_flight(4)
         deadline = time.monotonic() + 20
         while len(seen) < 8 and time.monotonic() < deadline:
-            for st in (run.status() or {}).get("streams") or []:
+            status = run.status()
+            for st in status.streams if status else []:
                 if st.get("ends_at") and st["request_id"] not in seen:
                     seen[st["request_id"]] = (st["upstream"], st["ends_at"])
             time.sleep(0.1)

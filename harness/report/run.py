@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from harness.files import write_atomic
+from harness.load_status import LoadStatus
 from harness.report.summary import build_summary
 
 
-def write_run(scenario, data, results, load_status: dict) -> dict:
+def write_run(scenario, data, results, load_status: LoadStatus | None) -> dict:
     """Write summary.json and report.html into the scenario's run folder."""
     run_dir = Path(scenario.run_dir)
     summary = build_summary(

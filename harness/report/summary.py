@@ -6,6 +6,7 @@ import dataclasses
 
 from harness.checks import goodput, health_during_drain
 from harness.gateway_logs import gateway_summary
+from harness.load_status import LoadStatus
 from harness.secrets import is_secret_name
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
 from harness.timeline import scaler_summary, version_share
@@ -58,9 +59,8 @@ def build_summary(
     scenario, name, target, data, results, load_status, config, target_obj=None
 ) -> dict:
     records = data.records
-    workers = (load_status or {}).get("workers", {}) or {}
-    lags = [w.get("loop_lag", {}).get("p99_s") for w in workers.values()]
-    lags = [x for x in lags if x is not None]
+    status = load_status or LoadStatus()
+    lags = status.loop_lags_p99_s()
     return {
         "scenario": scenario,
         "name": name,
@@ -92,10 +92,10 @@ def build_summary(
         "latency": phase_latency(data),
         "versions": version_share(records),
         "load_generator": {
-            "cpu_warning": bool((load_status or {}).get("cpu_warning")),
+            "cpu_warning": status.cpu_warning,
             "loop_lag_p99_s": ((data.client_delay or {}).get("all") or {}).get("p99_s")
             or (max(lags) if lags else None),
-            "workers": len(workers),
+            "workers": len(status.workers),
             # its own delay per phase and over the run ("all"): harness.client_delay
             "delay": data.client_delay,
             "delay_limit_s": data.client_delay_limit_s,
