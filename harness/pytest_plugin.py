@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError
+from harness.engines.kinds import kind_of
 
 KINDS = {
     "rollout": "rolling update to a new engine version",
@@ -188,9 +189,10 @@ def _size_load(cfg, target: str):
     from harness.load_sizing import size
 
     local = target == "local"
-    if local and cfg.engine.kind == "sim" and cfg.engine.itl_s:
+    tokens_per_s = kind_of(cfg.engine).tokens_per_s(cfg.engine) if local else None
+    if tokens_per_s:
         pace = f"from the simulator's engine.itl_s ({cfg.engine.itl_s:g} s)"
-        return size(cfg.load, 1.0 / cfg.engine.itl_s, pace, True, measure_budget)
+        return size(cfg.load, tokens_per_s, pace, True, measure_budget)
     return size(cfg.load, None, "", local, measure_budget)
 
 
@@ -317,7 +319,7 @@ def _calibrated(config: pytest.Config, cfg, target):
     (harness/calibration.py); otherwise the config as it is, and None."""
     import dataclasses
 
-    auto = cfg.engine.kind == "vllm" and config.getoption("target") == "local"
+    auto = kind_of(cfg.engine).real and config.getoption("target") == "local"
     wanted = {"always": True, "never": False}.get(cfg.slo.calibrate, auto)
     if not wanted or cfg.kube.dry_run:
         return cfg, None

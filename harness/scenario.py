@@ -22,6 +22,7 @@ from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig, Strategy
 from harness.engine_counts import EngineCounts
 from harness.engine_logs import served_by
+from harness.engines.kinds import kind_of
 from harness.events import Event
 from harness.files import write_atomic
 from harness.gateway_logs import (
@@ -589,7 +590,8 @@ class Scenario:
         weights, not its version, so the local simulator's candidate is given the
         baseline's."""
         engine = dict(section.engine)
-        if section.mode == "same" and self.target.name == "local" and self.cfg.engine.kind == "sim":
+        local = self.target.name == "local"
+        if section.mode == "same" and local and kind_of(self.cfg.engine).answers_from_weights:
             engine = {"weights": self.cfg.engine.weights or self.cfg.version} | engine
         return engine
 

@@ -12,6 +12,7 @@ the start-up time this run observed (RC002).
 import pytest
 
 from harness import checks
+from harness.engines.kinds import kind_of
 
 
 @pytest.mark.startup
@@ -47,5 +48,6 @@ def test_startup(scenario):
     observed = scenario.observed_startup_s(version)
     if observed is not None:
         scenario.relint(min_startup_s=observed)  # RC002 with this run's start-up
-    known = t.startup_version_s if slow and scenario.cfg.engine.kind == "sim" else observed
+    configured = kind_of(scenario.cfg.engine).startup_is_configured
+    known = t.startup_version_s if slow and configured else observed
     scenario.judge(checks.starts_without_restarts(version, restarts, probes, known))

@@ -226,3 +226,40 @@ def test_the_checks_module_says_what_it_offers_before_anything_else():
     assert sorted(public - set(listed)) == []  # defined, public, not listed
     assert sorted(set(listed) - defined) == []  # listed, not defined here
     assert len(listed) == len(set(listed))
+
+
+def test_only_the_engine_kinds_test_which_engine_runs():
+    """What differs between engines is asked of the engine's kind (harness.engines.kinds):
+    a test of `kind == "vllm"` elsewhere is a place a third engine would be missed."""
+    import ast
+    from pathlib import Path
+
+    from harness.engines.kinds import KINDS
+
+    root = Path(__file__).resolve().parents[1]
+
+    def names_kind(node) -> bool:
+        name = getattr(node, "attr", None) or getattr(node, "id", None) or ""
+        return name.endswith("kind")
+
+    found = []
+    for folder in ("harness", "scenarios", "loadgen"):
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root)
+            if rel.parts[:2] == ("harness", "engines"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Compare):
+                    continue
+                sides = [node.left, *node.comparators]
+                consts = [s.value for s in sides if isinstance(s, ast.Constant)]
+                consts += [
+                    e.value
+                    for s in sides
+                    if isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                    for e in s.elts
+                    if isinstance(e, ast.Constant)
+                ]
+                if any(names_kind(s) for s in sides) and set(consts) & set(KINDS):
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, f"engine kinds tested outside harness/engines: {found}"

@@ -13,14 +13,14 @@ from pathlib import Path
 from harness import rollout_math
 from harness.config.load import LoadSettings
 from harness.config.reader import ConfigError, apply_sets, build, is_secret, load_yaml
-from harness.engines.startup import STALL_S
+from harness.engines.kinds import KINDS
 from harness.sim.settings import SimSettings
 from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
 
 
-ENGINE_KINDS = ("sim", "vllm")
+ENGINE_KINDS = tuple(KINDS)
 
 
 @dataclass
@@ -42,76 +42,6 @@ class EngineSettings(SimSettings):
             raise ValueError(f"kind must be one of {', '.join(ENGINE_KINDS)}, not {self.kind!r}")
         if self.real_model not in ("tiny", "slow"):
             raise ValueError(f"real_model must be tiny or slow, not {self.real_model!r}")
-
-
-# engine.kind: vllm brings the real engine's time scale on 2 CPU cores (start-up 35-75 s,
-# about 60 ms a token with 4 streams); laid over the config file, under every --set.
-REAL_ENGINE_DEFAULTS = {
-    # the drain's timeout covers the longest answer (200 tokens, about 140 events) at the
-    # slowest decode measured in a drain: 170 ms an event on the drained engine while its
-    # replacement starts beside it (26 s; CI cut two answers at a 20 s timeout)
-    "engine": {"shutdown_timeout_s": 45, "max_num_seqs": 4},
-    "pod": {
-        "prestop_s": 1.0,
-        "termination_grace_s": 60,  # > preStop + shutdown_timeout_s
-        "memory_limit_mb": None,  # real vLLM on CPU holds about 4.5 GB
-        # the kubelet's bound on a start: as generous as the harness's own ceiling, so a
-        # slow start on a busy machine is not restarted (a stuck one stops logging)
-        "startup_probe": {"period_s": 1.0, "failure_threshold": 1200},
-        "readiness_probe": {"period_s": 0.5, "failure_threshold": 1},
-        "liveness_probe": {"period_s": 5.0, "failure_threshold": 6},
-    },
-    "load": {
-        "users": 4,
-        # answers outlast the preStop, so streams are in flight at SIGTERM (3-12 s)
-        "max_tokens": [{"tokens": 60, "weight": 0.6}, {"tokens": 200, "weight": 0.4}],
-        "stop_timeout_s": 30,
-    },
-    "slo": {"ttft_s": 5.0, "stall_timeout_s": 20},
-    # settle: every replica of a real engine started (about 60 s each on a quiet machine,
-    # 90 s beside two busy loops, 140-200 s on a cold compile cache: the waits follow each
-    # engine's log, and call a start stuck after 240 s of silence, harness/engines/startup.py)
-    "scenario": {
-        "recovery_s": 300,
-        "steady_state_s": 120,
-        "cool_down_s": 3,
-        "settle_s": 1200,
-        "startup_stall_s": STALL_S,
-        "warm_requests": 3,
-    },
-    "pdb": {"min_available": 1},  # 2 replicas on 2 cores: one may go at a time
-    # a candidate's engine starts beside the loaded baseline (60-120 s); at about one
-    # answer a second through 4 streams, a step of 10% would need minutes for 10 streams.
-    # Greedy decoding on the CPU build is not batch-invariant: the same weights asked
-    # idle (the candidate) and beside 4 streams (the baseline) gave 6 and 4 of 8 identical
-    # answers, every other one identical for its first 9 to 38 tokens (docs/facts.md);
-    # other weights differ from the first token on 8 of 8
-    "canary": {"ready_s": 600, "min_agreement": 0.6, "agree_after_tokens": 8},
-    "weighted_canary": {
-        "min_agreement": 0.6,
-        "agree_after_tokens": 8,
-        "ready_s": 600,
-        "steps": [50, 100],
-        "step_s": 20,
-        "step_max_s": 300,
-        "min_samples": 10,
-    },
-    # the load holds the baseline at its batch limit (4 users, max_num_seqs 4), closed
-    # loop; a mirror of every request feeds the candidate the same rate open loop, on the
-    # same two cores, so any shortfall queues: 100% mirrored gave the candidate a TTFT
-    # median of 1.5 s and 5-7.5 s against the baseline's 0.17 s (docs/facts.md). Half the
-    # requests leave it the headroom a shadow on a machine of its own has
-    "shadow": {
-        "percent": 50,
-        "min_agreement": 0.6,
-        "agree_after_tokens": 8,
-        "ready_s": 600,
-        "window_s": 60,
-        "idle_s": 300,
-        "min_samples": 10,
-    },
-    "adapter": {"step_s": 15},
-}
 
 
 @dataclass
@@ -788,8 +718,8 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
     _renamed(apply_sets(data, sets or []), path, sets or [])
     engine = apply_sets(data, sets or []).get("engine") or {}
     kind = engine.get("kind") if isinstance(engine, dict) else None  # build() names the error
-    if kind == "vllm":
-        data = _merged(data, REAL_ENGINE_DEFAULTS)
+    if kind in KINDS:
+        data = _merged(data, KINDS[kind].config_defaults)
     data = apply_sets(data, sets or [])
     try:
         return build(RunConfig, data)

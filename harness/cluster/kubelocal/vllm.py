@@ -16,8 +16,8 @@ the pods there at the steady state, and a replacement that took the load cold br
 TTFT budget after a drain that was otherwise well handled (CI, 2026-12-06).
 
 The Deployment has deploy/vllm's shape (preStop, grace, probes, a GPU limit) with the
-real engine's time scale on 2 CPU cores (harness/config/schema.py's
-REAL_ENGINE_DEFAULTS). The engine's OpenMP thread is not bound to a CPU
+real engine's time scale on 2 CPU cores (harness/engines/kinds.py's
+VLLM_DEFAULTS). The engine's OpenMP thread is not bound to a CPU
 (`VLLM_CPU_OMP_THREADS_BIND=nobind`, one thread): bound, every server takes CPU 0 (the
 local target chooses a CPU per engine; a Deployment's pods share one template), and
 unbound the kernel spreads the pods' engines over the cores as it does any pod's.

@@ -32,9 +32,8 @@ from harness.cluster.local.kubelet import PodRunner, PodSpec
 from harness.cluster.local.nginx import Nginx, Split
 from harness.cluster.target import EvictionRefused, PodView
 from harness.config.schema import PDB, RunConfig
-from harness.engines.startup import StartGate
+from harness.engines.kinds import kind_of
 from harness.events import EventLog
-from harness.proc import sim_command
 from harness.prometheus import parse_metrics
 from harness.sim.settings import SimSettings
 
@@ -80,7 +79,7 @@ class Controller:
         self.templates: dict[str, Template] = {}  # pod name -> its template
         self.cores: dict[str, int] = {}  # pod name -> the CPU its real engine is bound to
         # real engines start a few at a time, as many as the machine has free cores
-        self.start_gate = StartGate.for_this_machine() if config.engine.kind == "vllm" else None
+        self.start_gate = kind_of(config.engine).start_gate()
         self.nodes = [f"node-{i}" for i in range(config.nodes)]
         self.cordoned: set[str] = set()
         self.lost: dict[str, float] = {}  # node -> when it lost power (time.time())
@@ -401,7 +400,7 @@ class Controller:
         ip, port = self._address()
         engine = replace(t.engine, host=ip, port=port, model_version=t.version)
         self.cores[name] = self._least_used_core()
-        command, env = engine_command(engine, core=self.cores[name])
+        command, env = kind_of(engine).command(engine, core=self.cores[name])
         spec = PodSpec(name, t.version, node, ip, port, command, self.cfg.pod, env)
         pod = PodRunner(
             spec,
@@ -525,23 +524,3 @@ def scrape(address: str, timeout_s: float = 1.0) -> dict[str, float]:
     except httpx.HTTPError:
         return {}
     return parse_metrics(text)
-
-
-def engine_command(engine, core: int = 0) -> tuple[list[str], dict | None]:
-    """The container's command: `rollcheck sim`, or `vllm serve` on a locally built model
-    (the pod's version comes from the config; vLLM's own fingerprint names its build)."""
-    if getattr(engine, "kind", "sim") != "vllm":
-        return sim_command(engine), None
-    from harness.engines import vllm
-
-    lora = getattr(engine, "runtime_lora", False)
-    command = vllm.serve_command(
-        engine.host,
-        engine.port,
-        vllm.model_dir(engine.real_model, engine.seed),
-        engine.model,
-        shutdown_timeout_s=engine.shutdown_timeout_s,
-        max_num_seqs=engine.max_num_seqs,
-        extra=vllm.LORA_FLAGS if lora else (),
-    )
-    return command, vllm.serve_env(core) | (vllm.LORA_ENV if lora else {})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import zlib
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ from harness.cluster.target import (
 )
 from harness.config import ConfigError, build
 from harness.config.schema import RunConfig, Strategy
+from harness.engines.kinds import kind_of
 from harness.engines.startup import log_size, log_tail, machine_load
 from harness.events import Event, EventLog
 from harness.proc import PidFile, free_port, reap_leftovers
@@ -100,13 +100,11 @@ class LocalTarget(Target):
 
     # --- lifecycle -------------------------------------------------------------
     def start(self) -> None:
-        if self.cfg.engine.kind == "vllm":
-            from harness.engines import vllm
-
-            surge, _ = self.cfg.strategy.resolve(self.cfg.replicas)
-            vllm.check_memory(self.cfg.replicas + max(1, surge))  # a replacement overlaps
-            vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)  # built once
-        if self.prefill is not None and self.cfg.engine.kind != "sim":
+        kind = kind_of(self.cfg.engine)
+        surge, _ = self.cfg.strategy.resolve(self.cfg.replicas)
+        # a replacement overlaps the pod it replaces
+        kind.preflight(self.cfg.engine, self.cfg.replicas + max(1, surge))
+        if self.prefill is not None and not kind.runs_pd_locally:
             raise ConfigError(
                 "a prefill/decode deployment on the local target runs the simulator: its "
                 "decode pods need a routing sidecar (llm-d's) before vLLM; set engine.kind=sim"
@@ -419,11 +417,7 @@ class LocalTarget(Target):
         """As every target loads one; a real engine here loads the adapter built for the
         local model under that path (harness.engines.vllm.adapter_dir, one per path, built
         on first use): adapter.path/<version> names weights of its own."""
-        if self.cfg.engine.kind == "vllm":
-            from harness.engines import vllm
-
-            model = vllm.model_dir(self.cfg.engine.real_model, self.cfg.engine.seed)
-            path = str(vllm.adapter_dir(model, 1 + zlib.crc32(path.encode()) % 9999))
+        path = kind_of(self.cfg.engine).adapter_path(self.cfg.engine, path)
         super().load_adapter(pod, name, path, inplace)
 
     # --- prefill/decode disaggregation ----------------------------------------------------
