@@ -18,16 +18,19 @@ Nothing is changed, so there is nothing to restore.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import functools
 import json
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.cluster.target import (
+    READS,
     CannotRun,
-    PodView,
     Target,
+    acting_methods,
     canary_rollout,
     strategy_changes,
 )
@@ -56,62 +59,7 @@ class DryRunTarget(Target):
         self.cfg = inner.cfg
         self.planned = False  # an action was planned: waits after it are answered at once
 
-    # --- lifecycle and reads: the real target's ------------------------------------
-    def start(self) -> None:
-        self.inner.start()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    @property
-    def gateway_url(self) -> str:
-        return self.inner.gateway_url
-
-    @property
-    def lint_findings(self) -> Sequence:
-        return self.inner.lint_findings
-
-    def pods(self) -> list[PodView]:
-        return self.inner.pods()
-
-    def events(self) -> list[Event]:
-        return self.inner.events()
-
-    def pod_metrics(self, name: str) -> dict[str, float]:
-        return self.inner.pod_metrics(name)
-
-    def pod_health(self, name: str) -> int | None:
-        return self.inner.pod_health(name)
-
-    def prestop_s(self, name: str) -> float:
-        return self.inner.prestop_s(name)
-
-    def pod_probes(self) -> dict:
-        return self.inner.pod_probes()
-
-    def relint(self, min_startup_s: float) -> None:
-        self.inner.relint(min_startup_s)
-
-    def gateway_logs(self):
-        return self.inner.gateway_logs()
-
-    def rollout_done(self) -> bool:
-        return self.inner.rollout_done()
-
-    def startup_progress(self) -> object:
-        return self.inner.startup_progress()
-
-    def node_drain_blocker(self) -> str | None:
-        return self.inner.node_drain_blocker()
-
-    def preemption_blocker(self) -> str | None:
-        return self.inner.preemption_blocker()
-
-    def node_loss_blocker(self) -> str | None:
-        return self.inner.node_loss_blocker()
-
-    def adapter_blocker(self) -> str | None:
-        return self.inner.adapter_blocker()
+    # --- reads (READS) go to the real target: generated below the class -------------
 
     def load_adapter(self, pod: str, name: str, path: str, inplace: bool = False) -> None:
         self._own(pod)
@@ -120,42 +68,6 @@ class DryRunTarget(Target):
     def unload_adapter(self, pod: str, name: str) -> None:
         self._own(pod)
         self.action("adapter_unload", pod=pod, adapter=name)
-
-    def check_node_drain(self, node: str) -> None:
-        self.inner.check_node_drain(node)
-
-    def scaler(self) -> str:
-        return self.inner.scaler()
-
-    def autoscaler_blocker(self, to_zero: bool = False) -> str | None:
-        return self.inner.autoscaler_blocker(to_zero)
-
-    def workload_scalers(self) -> list[str]:
-        return self.inner.workload_scalers()
-
-    def scaler_active_since(self, t: float) -> bool | None:
-        return self.inner.scaler_active_since(t)
-
-    def desired_replicas(self) -> int | None:
-        return self.inner.desired_replicas()
-
-    def why_removed(self, name: str) -> str:
-        return self.inner.why_removed(name)
-
-    def free_gpus(self) -> tuple[int, int] | None:
-        return self.inner.free_gpus()
-
-    def candidate_image(self, version: str) -> str | None:
-        return self.inner.candidate_image(version)
-
-    def candidate_problem(self, version: str, engine: dict, key: str) -> str | None:
-        return self.inner.candidate_problem(version, engine, key)
-
-    def auth_headers(self) -> dict[str, str]:
-        return self.inner.auth_headers()
-
-    def pod_endpoint(self, name: str) -> tuple[str, dict]:
-        return self.inner.pod_endpoint(name)
 
     # --- actions: checked, printed, recorded, not taken -----------------------------
     def action(self, kind: str, **detail) -> Event:
@@ -179,9 +91,6 @@ class DryRunTarget(Target):
 
     def rollback_canary(self) -> None:
         self.action("canary_rollback")
-
-    def weight_blocker(self) -> str | None:
-        return self.inner.weight_blocker()
 
     def start_candidate(
         self, version: str, engine: dict | None = None, stable_selects_candidate: bool = False
@@ -223,9 +132,6 @@ class DryRunTarget(Target):
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
         self._own(name)
         self.action("kill", pod=name, signal=signal.Signals(sig).name)
-
-    def memory_limit_mb(self, name: str) -> float | None:
-        return self.inner.memory_limit_mb(name)
 
     def exhaust_memory(
         self, name: str, context_tokens: int, model: str | None, retry: int = 0
@@ -280,6 +186,20 @@ class DryRunTarget(Target):
     ) -> None:
         return None  # sends nothing
 
+    def unload_run_adapters(self) -> list[str]:
+        return []  # the adapters planned were not loaded
+
+    def set_mirror(self, percent: float) -> None:
+        self.action("mirror", percent=percent)
+
+    def pd_rollout(self, roles: tuple[str, ...], version: str, engine: dict | None = None) -> Event:
+        self.inner.prefill_pods()  # CannotRun, as the real act, where there is no P/D here
+        return self.action("rollout", to_version=version, roles=list(roles), engine=engine or {})
+
+    def pd_scale(self, role: str, replicas: int) -> Event:
+        self.inner.prefill_pods()
+        return self.action("scale", role=role, replicas=replicas)
+
     # --- waits -----------------------------------------------------------------------
     def wait_for(
         self,
@@ -300,6 +220,38 @@ class DryRunTarget(Target):
         pods = [p for p in (among or self.pods)() if p.ready and not p.terminating]
         chosen = [p for p in pods if prefer is None or prefer(p)] or pods
         return max(chosen, key=lambda p: self.in_flight(p.name)) if chosen else None
+
+
+def _read_through(name: str):
+    if isinstance(getattr(Target, name), property):
+        return property(lambda self: getattr(self.inner, name))
+
+    @functools.wraps(getattr(Target, name), updated=())  # (not its abstract mark)
+    def read(self, *args, **kwargs):
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    return read
+
+
+def _unplanned(name: str):
+    @functools.wraps(getattr(Target, name), updated=())  # (not its abstract mark)
+    def act(self, *args, **kwargs):
+        raise CannotRun(
+            f"the dry run has no plan for {name} yet: it would act; run the scenario "
+            "without --dry-run where acting is safe"
+        )
+
+    act.unplanned = True  # (tests/test_dryrun.py: every action has a plan)
+    return act
+
+
+for _name in READS:
+    if _name not in DryRunTarget.__dict__:
+        setattr(DryRunTarget, _name, _read_through(_name))
+for _name in acting_methods():
+    if _name not in DryRunTarget.__dict__:
+        setattr(DryRunTarget, _name, _unplanned(_name))
+abc.update_abstractmethods(DryRunTarget)
 
 
 class DryRunLoad:

@@ -80,6 +80,32 @@ def test_dry_run_walks_the_scenario_and_touches_nothing(tmp_path):
     assert not (run / "records.jsonl").exists()  # no load
 
 
+def test_a_dry_run_asks_the_real_target_what_it_can_do(tmp_path):
+    """The dry run's target passes every read through: a shadow and a P/D rollout, which
+    the local target runs, are planned, not skipped by the base class's "cannot mirror"
+    and "no prefill/decode deployment" (as they were while the dry run forwarded its
+    reads one by one and missed these)."""
+    import json
+
+    r = pytest_run(
+        "scenarios",
+        "-k",
+        "shadow or pd_rollout and together",
+        "--dry-run",
+        "-s",
+        "-rs",
+        "--reports-dir",
+        str(tmp_path),
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stdout, r.stdout[-2000:]
+    assert "cannot mirror" not in r.stdout and "prefill/decode deployment" not in r.stdout
+    (shadow,) = tmp_path.glob("*/test_shadow/plan.json")
+    (pd,) = tmp_path.glob("*/test_pd_rollout_together/plan.json")
+    assert "rollout" in [p["action"] for p in json.loads(shadow.read_text())]
+    rolled = [p for p in json.loads(pd.read_text()) if p["action"] == "rollout"]
+    assert [p["roles"] for p in rolled] == [["prefill", "decode"]]
+
+
 def test_a_target_that_cannot_run_the_scenario_makes_it_skipped_with_the_reason(tmp_path):
     """CannotRun (raised by a target before it acts, as the Kubernetes one does for a
     scale_to_zero with no scaler) is SKIPPED with its reason, in the terminal and in the

@@ -659,3 +659,73 @@ class Target(abc.ABC):
             return None
 
         return self.wait_for(found, timeout_s, f"a pod with {min_in_flight} streams in flight", 0.1)
+
+
+# What a dry run (harness.dryrun) passes through to the real target: the target's start
+# and close (nothing is changed, so there is nothing to put back), reads of the world, and
+# the checks that refuse before acting. WAITS poll the target's own reads through
+# wait_for, which a dry run answers at once after its first planned action. Every other
+# public method acts: a dry run plans it, or SKIPs the scenario where it has no plan for
+# it yet, so a new method can never act in a dry run by default (tests/test_dryrun.py).
+READS = frozenset(
+    {
+        "start",
+        "close",
+        "gateway_url",
+        "lint_findings",
+        "adapter_blocker",
+        "auth_headers",
+        "autoscaler_blocker",
+        "candidate_image",
+        "candidate_problem",
+        "check_node_drain",
+        "check_own_pod",
+        "desired_replicas",
+        "engine_logs",
+        "events",
+        "free_gpus",
+        "gateway_logs",
+        "in_flight",
+        "memory_limit_mb",
+        "mirror_blocker",
+        "mirror_log",
+        "node_drain_blocker",
+        "node_loss_blocker",
+        "pd_blocker",
+        "pd_rollout_done",
+        "pd_routes",
+        "pod_endpoint",
+        "pod_health",
+        "pod_metrics",
+        "pod_probes",
+        "pods",
+        "preemption_blocker",
+        "prefill_events",
+        "prefill_pods",
+        "prefill_service_log",
+        "prestop_s",
+        "ready_pods",
+        "relint",
+        "rollout_done",
+        "scaler",
+        "scaler_active_since",
+        "startup_progress",
+        "weight_blocker",
+        "why_removed",
+        "workload_scalers",
+    }
+)
+WAITS = frozenset(
+    {"wait_for", "wait_settled", "wait_pod_gone", "wait_gateway_serving", "busiest_pod"}
+)
+
+
+def acting_methods() -> list[str]:
+    """The Target's public methods that change something (neither READS nor WAITS)."""
+    return sorted(
+        name
+        for name in dir(Target)
+        if not name.startswith("_")
+        and name not in READS | WAITS
+        and callable(getattr(Target, name))
+    )
