@@ -19,7 +19,7 @@ from harness import checks as C
 from harness import client_delay
 from harness import verdict as V
 from harness.cluster.target import EvictionRefused, Target, TargetError
-from harness.config.schema import RunConfig, Strategy
+from harness.config.schema import RunConfig
 from harness.engine_counts import EngineCounts
 from harness.engine_logs import served_by
 from harness.engines.kinds import kind_of
@@ -34,7 +34,6 @@ from harness.gateway_logs import (
 )
 from harness.load import LoadError, LoadRun
 from harness.load_status import LoadStatus
-from harness.plan import hpa_desired
 from harness.progress import Progress
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
@@ -135,7 +134,7 @@ class Scenario:
         self.load.start()
         self.progress.load = self.load
         self.progress.phase(f"load started: {describe_load(settings)}")
-        self._sleep(self.cfg.scenario.warmup_s, "the warm-up")
+        self.let_pass(self.cfg.scenario.warmup_s, "the warm-up")
         n = self.cfg.scenario.in_flight if in_flight is None else in_flight
         if n:
             try:
@@ -426,23 +425,6 @@ class Scenario:
     def step_users(self) -> int:
         return self.cfg.scenario.step_users
 
-    def resolve_strategy(self, max_surge: str, max_unavailable: str) -> tuple[int, int]:
-        """maxSurge and maxUnavailable as pod counts for this run's replicas."""
-        return Strategy(max_surge, max_unavailable).resolve(self.cfg.replicas)
-
-    def autoscale_for_step(self) -> int:
-        """React to the load step as an HPA on in-flight requests per replica would."""
-        self._sleep(self.cfg.scenario.hpa_sync_s, "the HPA's sync")
-        pods = self.target.ready_pods()
-        busy = [self.target.pod_metrics(p.name) for p in pods]
-        per_replica = sum(
-            m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)
-            for m in busy
-        ) / max(1, len(pods))
-        desired = hpa_desired(len(pods), per_replica, self.cfg.scenario.hpa_target_in_flight)
-        self.target.scale(desired)
-        return desired
-
     # --- the workload's own scaler (kube.scaler=cluster) ----------------------------------
     @property
     def cluster_scaler(self) -> bool:
@@ -465,7 +447,7 @@ class Scenario:
         # polling: scenario.hpa_sync_s): handed an answer its source has not seen yet, a
         # scaler acts on a reading from before it (measured: KEDA read 0 from Prometheus
         # one scrape behind and scaled the replica with the answer to zero)
-        self._sleep(self.cfg.scenario.hpa_sync_s, "the scaler's metrics to catch up")
+        self.let_pass(self.cfg.scenario.hpa_sync_s, "the scaler's metrics to catch up")
         if as_act:
             self.target.hand_back(as_act)
             return
@@ -490,56 +472,6 @@ class Scenario:
             self.target.action("scaler_read_load", waited_s=round(time.time() - t, 1))
         self.target.release_scale_in()
 
-    def wait_scaler_scaled_up(self, before: int) -> int:
-        """scale_up with the workload's own scaler: until it asks for more replicas than
-        `before`, within scenario.recovery_s of the step; the count it asked for (or
-        `before`, with the reason on the timeline, when it never did)."""
-        since = self.t_step if self.t_step is not None else time.time()
-        left = since + self.cfg.scenario.recovery_s - time.time()
-        if self.wait_for(
-            lambda: (self.target.desired_replicas() or 0) > before,
-            max(0.0, left),
-            "the scaler to add replicas",
-        ):
-            return self.target.desired_replicas() or before
-        self.target.action(
-            "not_recovered",
-            why=f"the scaler asked for no replica beyond {before} within scenario.recovery_s "
-            f"({self.cfg.scenario.recovery_s:g} s) of the load step",
-        )
-        return before
-
-    def wait_scaler_removes(self, pods: list, busy=None) -> str | None:
-        """scale_down with the workload's own scaler: until the ReplicaSet removes one of
-        `pods` (within scenario.recovery_s); that pod, now the victim, why the ReplicaSet
-        chose it and whether it was `busy` (the pod with the long answer), on the
-        timeline. None when no replica went."""
-        names = {p.name for p in pods}
-
-        def removed() -> list[str]:
-            """[the pod removed], or [None] when every pod went at once (none to name)."""
-            live = self.target.pods()
-            gone = [p.name for p in live if p.name in names and p.terminating]
-            return gone[:1] or ([] if live else [None])
-
-        gone = self.wait_for(
-            removed, self.cfg.scenario.recovery_s, "the scaler to remove a replica"
-        )
-        if gone is None:
-            self.target.action(
-                "not_recovered",
-                why="the scaler removed no replica within scenario.recovery_s "
-                f"({self.cfg.scenario.recovery_s:g} s) of the hand-over",
-            )
-            return None
-        if gone == [None]:
-            return None
-        self.victims = gone
-        why = self.target.why_removed(gone[0])
-        held = None if busy is None else busy.name == gone[0]
-        self.target.action("scaler_removed", pod=gone[0], why=why, busy=held)
-        return gone[0]
-
     def ask(self, pod, prompts: list, model: str | None = None) -> list:
         """Golden prompts to one pod directly (not through the gateway), so each answer is
         known to come from that pod's version (model: the model they name, an adapter;
@@ -548,32 +480,6 @@ class Scenario:
         two replicas of four slots each)."""
         url, settings = self.target.pod_endpoint(pod.name)
         return self.load.ask(url, prompts, model or self.cfg.load.model, settings)
-
-    def traced_so_far(self) -> tuple[list, float]:
-        """The load's records so far (the streams that have ended), each traced to its pod
-        and version through the gateway's log as gather() traces them at the end, and the
-        time before which every stream sent has ended (LoadRun.settled_at): for a
-        decision made while the load runs (weighted_canary's steps), which counts the
-        streams sent before that time (the ones ended by now favour the faster answers).
-        A line the load's master is still writing is left for the next call."""
-        from harness.streams import StreamRecord
-
-        settled = self.load.settled_at() if self.load is not None else None
-        settled = time.time() if settled is None else settled
-        path = self.run_dir / "records.jsonl"
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            return [], settled
-        records = [
-            StreamRecord.from_dict(json.loads(line))
-            for line in text[: text.rfind("\n") + 1].splitlines()
-            if line.strip()
-        ]
-        access_path, _ = self.target.gateway_logs()
-        access = read_access_log(access_path)[0] if access_path else []
-        correlate(records, access, self.target.events())
-        return records, settled
 
     def ask_each(self, pods: list, prompts: list, model: str | None = None) -> dict[str, list]:
         """ask() of every pod at once (each pod still one prompt at a time): pod name ->
@@ -605,7 +511,7 @@ class Scenario:
         if problem:
             raise ConfigError(problem)
 
-    def _new_pods(self, version: str, pods: list) -> list:
+    def new_pods(self, version: str, pods: list) -> list:
         """Of these pods, the ones the act made: of the version, created after the rollout
         (a second's slack: Kubernetes stamps creation to the second), and running the
         candidate's image where the target has images."""
@@ -621,25 +527,10 @@ class Scenario:
             and (image is None or p.image is None or p.image == image)
         ]
 
-    def confirm_rolled_out(self, version: str) -> None:
-        """After the rollout: every ready pod is one the rollout made, running the candidate.
-        Otherwise the run stops (INCONCLUSIVE, or FAIL if a stream broke)."""
-        pods = self.target.ready_pods()
-        new = self._new_pods(version, pods)
-        old = [p.name for p in pods if p not in new]
-        if old or not new:
-            self.inconclusive(
-                f"the rollout to {version} did not take effect: "
-                + (f"{', '.join(old)} still serve{'s' if len(old) == 1 else ''} " if old else "")
-                + f"({len(new)} ready pods were created by it and run the candidate)",
-                stage="disruption",
-            )
-        self.target.action("rolled_out", version=version, pods=[p.name for p in new])
-
     def wait_version_ready(self, version: str, timeout_s: float):
         """The first ready pod of a version (the canary replica)."""
         found = self.wait_for(
-            lambda: self._new_pods(version, self.target.ready_pods()),
+            lambda: self.new_pods(version, self.target.ready_pods()),
             timeout_s,
             f"a ready pod of version {version}",
         )
@@ -652,57 +543,9 @@ class Scenario:
             )
         return found[0]
 
-    def wait_version_started(self, version: str, restarts: int) -> tuple[str, dict[str, int]]:
-        """Until a pod of the new version is ready ("ready"), or one has been restarted
-        `restarts` times ("crash loop"), or scenario.recovery_s passes ("timeout"). Returns
-        that and the most restarts seen on each pod of the version (pods restarted and
-        then removed are remembered)."""
-        seen: dict[str, int] = {}  # the most restarts of each pod, over every look
-
-        def settled() -> str | None:
-            ready = False
-            for p in self._new_pods(version, self.target.pods()):
-                seen[p.name] = max(seen.get(p.name, 0), p.restarts)
-                ready = ready or (p.ready and not p.terminating)
-            if any(n >= restarts for n in seen.values()):
-                return "crash loop"
-            return "ready" if ready else None
-
-        state = self.wait_for(settled, self.cfg.scenario.recovery_s, f"version {version} to start")
-        return state or "timeout", seen
-
-    def observed_startup_s(self, version: str) -> float | None:
-        """The quickest start-up of a pod of the version: its creation (or container
-        start) to ready, from the target's events."""
-        first: dict[str, float] = {}
-        took = []
-        for e in self.target.events():
-            if e.version != version or not e.pod:
-                continue
-            if e.kind in ("pod_created", "container_started"):
-                first.setdefault(e.pod, e.t)
-            elif e.kind == "ready" and e.pod in first:
-                took.append(e.t - first[e.pod])
-        return round(min(took), 2) if took else None
-
-    def relint(self, min_startup_s: float) -> None:
-        """On a live target, the preflight rules again with an observed start-up time."""
-        self.target.relint(min_startup_s)
-
-    def pod_probes(self) -> dict:
-        """The startup and liveness probes the pods run: the live Deployment's on
-        Kubernetes, the config's on the local target."""
-        return self.target.pod_probes()
-
     # --- observe -------------------------------------------------------------------
     def wait_rollout(self) -> None:
         self.wait_for(self.target.rollout_done, self.cfg.scenario.recovery_s, "the rollout")
-
-    def wait_scaled_to_zero(self) -> None:
-        if self.wait_for(
-            lambda: not self.target.pods(), self.cfg.scenario.recovery_s, "zero replicas"
-        ):
-            self.t_recovered = time.time()
 
     def wait_recovered(self, replicas: int | None = None, ignoring: tuple[str, ...] = ()) -> None:
         """Wait (up to scenario.recovery_s) for the desired replicas, ready and served; with
@@ -779,27 +622,18 @@ class Scenario:
         except TargetError:
             return None
 
-    def wait_load_idle(self) -> None:
-        """Until no request of the load is in flight (a long answer has ended, one way or
-        another), for at most scenario.recovery_s."""
-        self.wait_for(
-            lambda: self.load.counts()["in_flight"] == 0,
-            self.cfg.scenario.recovery_s,
-            "the answers in flight to end",
-        )
-
     def cool_down(self, seconds: float | None = None) -> None:
         """Keep the load running after recovery (scenario.cool_down_s by default)."""
         seconds = self.cfg.scenario.cool_down_s if seconds is None else seconds
         self.progress.phase(f"cool-down: {seconds:g} s more of load")
-        self._sleep(seconds, "the cool-down")
+        self.let_pass(seconds, "the cool-down")
 
     def hold(self, seconds: float, what: str) -> None:
         """Keep the load running while `what` lasts (a phase line says so)."""
         self.progress.phase(f"{what}: {seconds:g} s")
-        self._sleep(seconds, what)
+        self.let_pass(seconds, what)
 
-    def _sleep(self, seconds: float, what: str = "time to pass") -> None:
+    def let_pass(self, seconds: float, what: str = "time to pass") -> None:
         """Let time pass with the load on (ended early if the load dies)."""
         if self.load is not None:
             self.load.hold(seconds, what)
@@ -813,22 +647,11 @@ class Scenario:
         self.progress.phase(f"SKIPPED: {reason}")
         raise ScenarioSkipped(reason)
 
-    def require_node_drain(self) -> None:
-        """Before acting: SKIPPED if this target may not drain a node."""
-        self.require("drain a node", self.target.node_drain_blocker())
-
     def require(self, what: str, blocker: str | None) -> None:
         """Before acting: SKIPPED, saying why, when the target cannot do `what` (`blocker`:
         the reason a target's own *_blocker() gave, or None)."""
         if blocker:
             self.skip(f"cannot {what} here: {blocker}")
-
-    def require_autoscaler(self) -> None:
-        """Before acting (scale_to_zero): SKIPPED if there is no scaler to hand over to, or
-        (kube.scaler=cluster) none that ever takes the workload to zero."""
-        blocker = self.target.autoscaler_blocker(to_zero=True)
-        if blocker:
-            self.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
     def require_gpus(
         self,
@@ -850,20 +673,6 @@ class Scenario:
                 f"{what} needs {surge * per_pod} free GPUs ({surge} {pods} x {per_pod}) and "
                 f"the schedulable nodes have {have}: {fix}"
             )
-
-    def require_gpus_for_step(self) -> None:
-        """Before acting (scale_up): SKIPPED if the replicas an HPA would add for the load
-        step (scenario.step_users in flight, scenario.hpa_target_in_flight per replica)
-        cannot all get GPUs."""
-        current = len(self.target.ready_pods())
-        per_replica = self.cfg.scenario.step_users / max(1, current)
-        desired = hpa_desired(current, per_replica, self.cfg.scenario.hpa_target_in_flight)
-        self.require_gpus(
-            desired - current,
-            "the load step",
-            "new replicas",
-            "free GPUs, or lower scenario.step_users",
-        )
 
     def inconclusive(self, reason: str, stage: str = "steady_state"):
         """End the scenario early, with the reason: INCONCLUSIVE, unless a stream broke.

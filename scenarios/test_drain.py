@@ -14,7 +14,7 @@ from harness import checks
 @pytest.mark.parametrize("what", ["pod", "node"])
 def test_drain(scenario, what):
     if what == "node":
-        scenario.require_node_drain()  # SKIPPED, with why, if this target may not
+        require_node_drain(scenario)  # SKIPPED, with why, if this target may not
 
     # steady state: load running, streams in flight on the pod about to go
     scenario.steady_state()
@@ -41,3 +41,8 @@ def test_drain(scenario, what):
         checks.no_abort_after_sigterm,
         checks.recovery_time,
     )
+
+
+def require_node_drain(scenario) -> None:
+    """Before acting: SKIPPED if this target may not drain a node."""
+    scenario.require("drain a node", scenario.target.node_drain_blocker())

@@ -8,6 +8,7 @@ and drain times; the report shows the share of traffic on each version over time
 import pytest
 
 from harness import checks
+from harness.config.schema import Strategy
 
 STRATEGIES = {
     "surge1-unavail0": ("1", "0"),
@@ -21,7 +22,7 @@ STRATEGIES = {
 def test_rollout(scenario, strategy):
     max_surge, max_unavailable = STRATEGIES[strategy]
 
-    surge, unavailable = scenario.resolve_strategy(max_surge, max_unavailable)
+    surge, unavailable = resolve_strategy(scenario, max_surge, max_unavailable)
     scenario.require_gpus(surge)  # SKIPPED if the surge pods could never be scheduled
     scenario.require_candidate(scenario.cfg.next_version)  # a config error if it is no change
 
@@ -35,7 +36,7 @@ def test_rollout(scenario, strategy):
 
     # observe: the rollout done, and every ready pod one it made, running the candidate
     scenario.wait_rollout()
-    scenario.confirm_rolled_out(scenario.cfg.next_version)
+    confirm_rolled_out(scenario, scenario.cfg.next_version)
     scenario.wait_recovered()
     scenario.cool_down()
 
@@ -44,3 +45,24 @@ def test_rollout(scenario, strategy):
         checks.capacity_floor_for(unavailable),
         checks.rollout_duration_for(surge, unavailable, scenario.cfg.strategy.gpu_bound),
     )
+
+
+def confirm_rolled_out(scenario, version: str) -> None:
+    """After the rollout: every ready pod is one the rollout made, running the candidate.
+    Otherwise the run stops (INCONCLUSIVE, or FAIL if a stream broke)."""
+    pods = scenario.target.ready_pods()
+    new = scenario.new_pods(version, pods)
+    old = [p.name for p in pods if p not in new]
+    if old or not new:
+        scenario.inconclusive(
+            f"the rollout to {version} did not take effect: "
+            + (f"{', '.join(old)} still serve{'s' if len(old) == 1 else ''} " if old else "")
+            + f"({len(new)} ready pods were created by it and run the candidate)",
+            stage="disruption",
+        )
+    scenario.target.action("rolled_out", version=version, pods=[p.name for p in new])
+
+
+def resolve_strategy(scenario, max_surge: str, max_unavailable: str) -> tuple[int, int]:
+    """maxSurge and maxUnavailable as pod counts for this run's replicas."""
+    return Strategy(max_surge, max_unavailable).resolve(scenario.cfg.replicas)

@@ -25,7 +25,7 @@ def test_scale_down(scenario):
     # act: the scaler removes one replica; which one depends on its policy
     if scenario.cluster_scaler:
         scenario.hand_to_scaler()
-        scenario.wait_scaler_removes(pods, busy=busy)
+        wait_scaler_removes(scenario, pods, busy=busy)
     else:
         if scenario.cfg.autoscaler.policy == "inflight":
             idle = [p for p in pods if scenario.target.in_flight(p.name) == 0]
@@ -36,7 +36,7 @@ def test_scale_down(scenario):
         scenario.target.scale_down(victim.name)
 
     # observe: the answer ends (finished, or cut by the drain's deadline)
-    scenario.wait_load_idle()
+    wait_load_idle(scenario)
     if not scenario.cluster_scaler:
         scenario.wait_recovered(replicas=scenario.cfg.replicas - 1)
     else:  # the count the scaler settled on
@@ -45,3 +45,45 @@ def test_scale_down(scenario):
 
     # judge: the only requests are the long answer's, sent before the act
     scenario.judge(checks.long_answer_survives_scale_down, slo_required=("before",))
+
+
+def wait_scaler_removes(scenario, pods: list, busy=None) -> str | None:
+    """scale_down with the workload's own scaler: until the ReplicaSet removes one of
+    `pods` (within scenario.recovery_s); that pod, now the victim, why the ReplicaSet
+    chose it and whether it was `busy` (the pod with the long answer), on the
+    timeline. None when no replica went."""
+    names = {p.name for p in pods}
+
+    def removed() -> list[str]:
+        """[the pod removed], or [None] when every pod went at once (none to name)."""
+        live = scenario.target.pods()
+        gone = [p.name for p in live if p.name in names and p.terminating]
+        return gone[:1] or ([] if live else [None])
+
+    gone = scenario.wait_for(
+        removed, scenario.cfg.scenario.recovery_s, "the scaler to remove a replica"
+    )
+    if gone is None:
+        scenario.target.action(
+            "not_recovered",
+            why="the scaler removed no replica within scenario.recovery_s "
+            f"({scenario.cfg.scenario.recovery_s:g} s) of the hand-over",
+        )
+        return None
+    if gone == [None]:
+        return None
+    scenario.victims = gone
+    why = scenario.target.why_removed(gone[0])
+    held = None if busy is None else busy.name == gone[0]
+    scenario.target.action("scaler_removed", pod=gone[0], why=why, busy=held)
+    return gone[0]
+
+
+def wait_load_idle(scenario) -> None:
+    """Until no request of the load is in flight (a long answer has ended, one way or
+    another), for at most scenario.recovery_s."""
+    scenario.wait_for(
+        lambda: scenario.load.counts()["in_flight"] == 0,
+        scenario.cfg.scenario.recovery_s,
+        "the answers in flight to end",
+    )

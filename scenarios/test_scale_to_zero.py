@@ -9,6 +9,8 @@ and the scaler alone decides when the replica goes. Elsewhere (and with
 kube.scaler=harness) rollcheck's own scaler policy (autoscaler.policy) takes over.
 """
 
+import time
+
 import pytest
 
 from harness import checks
@@ -16,7 +18,7 @@ from harness import checks
 
 @pytest.mark.scale_to_zero
 def test_scale_to_zero(scenario):
-    scenario.require_autoscaler()  # SKIPPED, with why, if there is no scaler to hand over to
+    require_autoscaler(scenario)  # SKIPPED, with why, if there is no scaler to hand over to
     scenario.prepare_replicas(1)
 
     if scenario.cluster_scaler:
@@ -35,7 +37,7 @@ def test_scale_to_zero(scenario):
         scenario.target.set_autoscaler(scenario.cfg.autoscaler.policy)
 
     # observe: the replica is scaled to zero (after the answer, if the scaler is right)
-    scenario.wait_scaled_to_zero()
+    wait_scaled_to_zero(scenario)
     scenario.cool_down()
 
     # judge: the long answer was sent before the act
@@ -44,3 +46,18 @@ def test_scale_to_zero(scenario):
         checks.scaled_to_zero,
         slo_required=("before",),
     )
+
+
+def require_autoscaler(scenario) -> None:
+    """Before acting (scale_to_zero): SKIPPED if there is no scaler to hand over to, or
+    (kube.scaler=cluster) none that ever takes the workload to zero."""
+    blocker = scenario.target.autoscaler_blocker(to_zero=True)
+    if blocker:
+        scenario.skip(f"cannot hand over to an autoscaler here: {blocker}")
+
+
+def wait_scaled_to_zero(scenario) -> None:
+    if scenario.wait_for(
+        lambda: not scenario.target.pods(), scenario.cfg.scenario.recovery_s, "zero replicas"
+    ):
+        scenario.t_recovered = time.time()

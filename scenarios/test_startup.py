@@ -19,7 +19,7 @@ from harness.engines.kinds import kind_of
 def test_startup(scenario):
     t = scenario.cfg.scenario
     version = scenario.cfg.next_version
-    probes = scenario.pod_probes()
+    probes = scenario.target.pod_probes()
     scenario.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
 
     # act (below): the new version loads its weights for scenario.startup_version_s (the
@@ -29,7 +29,7 @@ def test_startup(scenario):
 
     scenario.steady_state()
     scenario.target.rollout(version, engine=slow)
-    state, restarts = scenario.wait_version_started(version, t.startup_restarts)
+    state, restarts = wait_version_started(scenario, version, t.startup_restarts)
     if state == "ready":
         scenario.wait_rollout()
         restarts |= {
@@ -45,9 +45,46 @@ def test_startup(scenario):
     scenario.wait_recovered()
     scenario.cool_down()
 
-    observed = scenario.observed_startup_s(version)
+    observed = observed_startup_s(scenario, version)
     if observed is not None:
-        scenario.relint(min_startup_s=observed)  # RC002 with this run's start-up
+        scenario.target.relint(min_startup_s=observed)  # RC002 with this run's start-up
     configured = kind_of(scenario.cfg.engine).startup_is_configured
     known = t.startup_version_s if slow and configured else observed
     scenario.judge(checks.starts_without_restarts(version, restarts, probes, known))
+
+
+def wait_version_started(scenario, version: str, restarts: int) -> tuple[str, dict[str, int]]:
+    """Until a pod of the new version is ready ("ready"), or one has been restarted
+    `restarts` times ("crash loop"), or scenario.recovery_s passes ("timeout"). Returns
+    that and the most restarts seen on each pod of the version (pods restarted and
+    then removed are remembered)."""
+    seen: dict[str, int] = {}  # the most restarts of each pod, over every look
+
+    def settled() -> str | None:
+        ready = False
+        for p in scenario.new_pods(version, scenario.target.pods()):
+            seen[p.name] = max(seen.get(p.name, 0), p.restarts)
+            ready = ready or (p.ready and not p.terminating)
+        if any(n >= restarts for n in seen.values()):
+            return "crash loop"
+        return "ready" if ready else None
+
+    state = scenario.wait_for(
+        settled, scenario.cfg.scenario.recovery_s, f"version {version} to start"
+    )
+    return state or "timeout", seen
+
+
+def observed_startup_s(scenario, version: str) -> float | None:
+    """The quickest start-up of a pod of the version: its creation (or container
+    start) to ready, from the target's events."""
+    first: dict[str, float] = {}
+    took = []
+    for e in scenario.target.events():
+        if e.version != version or not e.pod:
+            continue
+        if e.kind in ("pod_created", "container_started"):
+            first.setdefault(e.pod, e.t)
+        elif e.kind == "ready" and e.pod in first:
+            took.append(e.t - first[e.pod])
+    return round(min(took), 2) if took else None

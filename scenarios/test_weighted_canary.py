@@ -13,11 +13,14 @@ the candidate's replicas removed); the last one passing promotes (the gateway ro
 every replica alike again, and the rollout goes on).
 """
 
+import json
 import time
 
 import pytest
 
 from harness import canary, checks
+from harness.gateway_logs import read_access_log
+from harness.timeline import correlate
 from harness.weights import (
     Step,
     Window,
@@ -136,7 +139,7 @@ def observe_step(scenario, version: str, percent: float):
     scenario.hold(cfg.step_s, f"{percent:g}% of the requests on {version}")
     reference = None
     while True:
-        records, settled = scenario.traced_so_far()
+        records, settled = traced_so_far(scenario)
         if reference is None:  # the baseline before any traffic moved (a step at 100%)
             first = windows(target.events(), time.time())[0].start  # this one, at the latest
             reference = [r for r in records if r.sent_at < first]
@@ -151,3 +154,30 @@ def observe_step(scenario, version: str, percent: float):
         if step.has_enough(cfg.min_samples) or time.time() - applied >= cfg.step_max_s:
             return step
         scenario.load.hold(POLL_S, f"{percent:g}% on {version}")
+
+
+def traced_so_far(scenario) -> tuple[list, float]:
+    """The load's records so far (the streams that have ended), each traced to its pod
+    and version through the gateway's log as gather() traces them at the end, and the
+    time before which every stream sent has ended (LoadRun.settled_at): for a
+    decision made while the load runs (weighted_canary's steps), which counts the
+    streams sent before that time (the ones ended by now favour the faster answers).
+    A line the load's master is still writing is left for the next call."""
+    from harness.streams import StreamRecord
+
+    settled = scenario.load.settled_at() if scenario.load is not None else None
+    settled = time.time() if settled is None else settled
+    path = scenario.run_dir / "records.jsonl"
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return [], settled
+    records = [
+        StreamRecord.from_dict(json.loads(line))
+        for line in text[: text.rfind("\n") + 1].splitlines()
+        if line.strip()
+    ]
+    access_path, _ = scenario.target.gateway_logs()
+    access = read_access_log(access_path)[0] if access_path else []
+    correlate(records, access, scenario.target.events())
+    return records, settled
