@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,24 +19,18 @@ from harness import client_delay
 from harness import verdict as V
 from harness.cluster.target import EvictionRefused, Target, TargetError
 from harness.config.schema import RunConfig
-from harness.engine_counts import EngineCounts
-from harness.engine_logs import served_by
 from harness.engines.kinds import kind_of
 from harness.events import Event
 from harness.files import write_atomic
-from harness.gateway_logs import (
-    attach_errors,
-    keep_only_run_lines,
-    read_access_log,
-    read_error_log,
-    record_ids,
-)
+from harness.gathering import join, wait_logged
 from harness.load import LoadError, LoadRun
 from harness.load_status import LoadStatus
 from harness.progress import Progress
+from harness.scaler_handover import ScalerHandover
 from harness.streams import Thresholds, write_jsonl
-from harness.timeline import breaking_event, correlate, disruption_time, steady_state_time
+from harness.timeline import breaking_event, disruption_time, steady_state_time
 from harness.waits import T, hold, watched
+from harness.witness import Witnesses
 
 Check = Callable[[V.RunData], V.CheckResult]
 # a drain's victim holds a stream expected to outlast its preStop by this factor and 0.5 s
@@ -45,9 +38,6 @@ Check = Callable[[V.RunData], V.CheckResult]
 # waited for at most PREFER_WAIT_S (answers shorter than the preStop never will)
 PRESTOP_MARGIN = 1.2
 PREFER_WAIT_S = 10.0
-
-
-HEALTH_JOIN_S = 15.0  # one /health request through the API's pods proxy, and its retries
 
 
 def write_unjudged(
@@ -105,11 +95,18 @@ class Scenario:
         self.summary: dict | None = None
         self.load_status: LoadStatus | None = None  # the load's own account of its end (gather)
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
-        self._health_stop = threading.Event()
-        self._health_thread: threading.Thread | None = None
-        self.engine_counts: EngineCounts | None = None
-        self._witness_stop = threading.Event()
-        self._witness_thread: threading.Thread | None = None
+        # the engines' own counts through the run, and a pod's /health where asked
+        self.witnesses = Witnesses(target, cfg.scenario.engine_poll_s)
+        # the replica count handed to the workload's own scaler (kube.scaler=cluster)
+        self.scaler = ScalerHandover(
+            target,
+            cfg.scenario,
+            let_pass=self.let_pass,
+            wait_for=self.wait_for,
+            stop=self.inconclusive,
+            skip=self.skip,
+            in_flight=lambda: self.load.counts()["in_flight"],
+        )
 
     @property
     def thresholds(self) -> Thresholds:
@@ -129,7 +126,7 @@ class Scenario:
             self.target.gateway_url, self.run_dir, settings, self.thresholds
         )
         self.load.preflight()
-        self._start_witness()
+        self.witnesses.start_engine_counts()
         self.t_start = time.time()
         self.load.start()
         self.progress.load = self.load
@@ -145,56 +142,14 @@ class Scenario:
         self.target.action("steady_state", in_flight=streams)
         self.progress.phase(f"steady state: {streams} streams in flight")
 
-    def _start_witness(self) -> None:
-        """The engines' own counts through the run (harness.engine_counts), from now."""
-        period = self.cfg.scenario.engine_poll_s
-        if period <= 0:
-            return
-        counts = self.engine_counts = EngineCounts(time.time())
-        stop = self._witness_stop
-
-        def poll_once() -> None:
-            t, running, waiting = time.time(), 0.0, 0.0
-            for pod in self.target.pods():
-                if not pod.address:
-                    continue
-                try:
-                    m = self.target.pod_metrics(pod.name)
-                except Exception:  # a pod going away mid-read: its next read, or none
-                    continue
-                if m:
-                    counts.sample(t, pod.name, pod.created_at, m)
-                    running += m.get("vllm:num_requests_running", 0.0)
-                    waiting += m.get("vllm:num_requests_waiting", 0.0)
-            counts.sample_gauges(t, running, waiting)
-
-        def poll() -> None:
-            while not stop.is_set():
-                poll_once()
-                stop.wait(period)
-            poll_once()  # after the load stopped: the cancels at the end, counted
-
-        self._witness_thread = threading.Thread(target=poll, name="engine-witness", daemon=True)
-        self._witness_thread.start()
-
     def close(self) -> None:
         """End what the scenario started, however it ended (a verdict, an error, SIGTERM):
         the /health poll and the engine witness are stopped and joined (a thread left
         running at interpreter exit aborted a SIGTERMed run with status 134), the load
         stopped."""
-        self._health_stop.set()
-        self._witness_stop.set()
-        for thread in (self._health_thread, self._witness_thread):
-            if thread is not None:
-                thread.join(HEALTH_JOIN_S)
+        self.witnesses.close()
         if self.load is not None:
             self.load.close()
-
-    def _stop_witness(self) -> dict | None:
-        self._witness_stop.set()
-        if self._witness_thread is not None:
-            self._witness_thread.join(30)
-        return None if self.engine_counts is None else self.engine_counts
 
     def prepare_replicas(self, n: int) -> None:
         """Before the steady state: bring the deployment to n ready replicas."""
@@ -404,19 +359,6 @@ class Scenario:
                 stage="disruption",
             )
 
-    def record_health(self, pod: str, period_s: float = 0.2) -> None:
-        """Poll the pod's /health in the background until judged (drain behaviour)."""
-
-        def poll() -> None:
-            while not self._health_stop.wait(period_s):
-                status = self.target.pod_health(pod)
-                if status is None and not any(p.name == pod for p in self.target.pods()):
-                    return
-                self.target.action("health_probe", pod=pod, status=status)
-
-        self._health_thread = threading.Thread(target=poll, daemon=True, name="health")
-        self._health_thread.start()
-
     @property
     def kill_signal(self) -> int:
         return signal.Signals[self.cfg.scenario.kill_signal]
@@ -424,53 +366,6 @@ class Scenario:
     @property
     def step_users(self) -> int:
         return self.cfg.scenario.step_users
-
-    # --- the workload's own scaler (kube.scaler=cluster) ----------------------------------
-    @property
-    def cluster_scaler(self) -> bool:
-        """True when the workload's own HPA or ScaledObject decides the replica count
-        (kube.scaler=cluster on a cluster); False where rollcheck plays the scaler."""
-        return self.target.scaler() == "cluster"
-
-    def require_scaler(self) -> None:
-        """Before acting, with kube.scaler=cluster: SKIPPED if no scaler targets the workload."""
-        if self.cluster_scaler:
-            blocker = self.target.autoscaler_blocker()
-            if blocker:
-                self.skip(f"cannot hand over to an autoscaler here: {blocker}")
-
-    def hand_to_scaler(self, as_act: bool = True) -> None:
-        """With kube.scaler=cluster: the replica count goes back to the workload's own
-        scaler, and what it decides from here is on the timeline. as_act: this is the
-        scenario's act (scale_down); scale_up's act is the load step that follows."""
-        # first, the scaler's metrics catch up with what it is handed (scrape, query,
-        # polling: scenario.hpa_sync_s): handed an answer its source has not seen yet, a
-        # scaler acts on a reading from before it (measured: KEDA read 0 from Prometheus
-        # one scrape behind and scaled the replica with the answer to zero)
-        self.let_pass(self.cfg.scenario.hpa_sync_s, "the scaler's metrics to catch up")
-        if as_act:
-            self.target.hand_back(as_act)
-            return
-        # A preparation (the load is on): the scaler may add replicas but not remove any
-        # until it shows it has read the load, so what it decides next is from readings
-        # of this load. (CI: Prometheus first scraped a pod 6 s after it was Ready; KEDA,
-        # handed the count 5 s after, read nothing and, never active before, scaled the
-        # replica with seven streams on it to zero at once.)
-        t = time.time()
-        self.target.hand_back(as_act, hold_scale_in=True)
-        if self.target.scaler_active_since(t) is not None:
-            bound = self.cfg.scenario.recovery_s
-            if not self.wait_for(
-                lambda: self.target.scaler_active_since(t), bound, "the scaler to read the load"
-            ):
-                self.inconclusive(
-                    f"the workload's scaler never read its triggers as active within "
-                    f"scenario.recovery_s ({bound:g} s) of being handed the count with "
-                    f"{self.load.counts()['in_flight']} streams in flight: its metrics do not "
-                    "see the engines (the scrape, the query, the trigger's threshold)"
-                )
-            self.target.action("scaler_read_load", waited_s=round(time.time() - t, 1))
-        self.target.release_scale_in()
 
     def ask(self, pod, prompts: list, model: str | None = None) -> list:
         """Golden prompts to one pod directly (not through the gateway), so each answer is
@@ -723,11 +618,7 @@ class Scenario:
         """Stop the load and join the three views of each request (the load's records,
         the gateway's lines, the target's events) into the run data; records.jsonl is
         rewritten with each request's pod, version and gateway line."""
-        self._health_stop.set()
-        if self._health_thread is not None:
-            # joined, not left running: a daemon thread still in a request (or logging a
-            # retry) at interpreter exit can abort the process after its last line
-            self._health_thread.join(HEALTH_JOIN_S)
+        self.witnesses.stop_health()
         still_open = self.load.counts()["in_flight"]
         self.progress.phase(
             f"stopping the load: {still_open} streams still open (they may finish within "
@@ -736,33 +627,22 @@ class Scenario:
         with watched("the load to stop", self.load.settings.stop_timeout_s + 30):
             result = self.load.stop()
         self.load_status = result.status
-        witness = self._stop_witness()
+        witness = self.witnesses.stop_engine_counts()
         t_end = time.time()
         self.progress.phase(f"judging {len(result.records)} records")
-        records = result.records
-        access_path, error_path = self.target.gateway_logs()
-        self._wait_gateway_logged(access_path, records)
-        events = self.target.events()
-        access, unparsed = read_access_log(access_path)
-        # Judge the load's requests only, not the harness's own polls through the gateway
-        # (nor another tenant's lines in a shared ingress log).
-        ids = {i for r in records for i in record_ids(r)}
-        access = [a for a in access if a.request_id in ids]
-        errors = attach_errors(access, read_error_log(error_path))
-        logged = access_path is not None and Path(access_path).exists()
-        if logged and self.run_dir in Path(access_path).parents:
-            # logs followed into the run folder (a shared ingress): this run's lines only
-            keep_only_run_lines(access_path, error_path, ids, errors)
-        engine_logs = self.target.engine_logs()
-        correlate(records, access, events, served_by(engine_logs) if engine_logs else None)
+        wait_logged(
+            self.target, result.records, self.wait_for, self.cfg.scenario.gateway_log_wait_s
+        )
+        joined = join(result.records, self.target, self.run_dir)
+        records, events = joined.records, joined.events
         write_jsonl(records, self.run_dir / "records.jsonl")  # now with pod, version, gateway
         _, unavailable = self.cfg.strategy.resolve(self.cfg.replicas)
         slo = self.cfg.slo
         data = V.RunData(
             records=records,
             events=events,
-            access=access,
-            errors=errors,
+            access=joined.access,
+            errors=joined.errors,
             sent=result.sent,
             replicas=self.cfg.replicas,
             max_unavailable=unavailable,
@@ -779,10 +659,10 @@ class Scenario:
             recovery_budget_s=self.cfg.scenario.recovery_s,
             lost_node_routing_s=self.cfg.scenario.lost_node_routing_s,
             scaler_idle_s=self.cfg.autoscaler.idle_s,
-            gateway_logs=str(access_path) if logged else None,
-            engine_logs=len(engine_logs),
-            unparsed_gateway_lines=unparsed.count,
-            first_unparsed_line=unparsed.first,
+            gateway_logs=joined.access_log,
+            engine_logs=joined.engine_logs,
+            unparsed_gateway_lines=joined.unparsed.count,
+            first_unparsed_line=joined.unparsed.first,
             expect_broken_on_victims=expect_broken_on_victims,
             outcome_total=result.outcome_total,
             load_problems=list(result.problems),
@@ -801,24 +681,6 @@ class Scenario:
         self.progress.t_end = time.time()
         self.extras["timing"] = self.progress.timing()
         return write_run(self, data, results, self.load_status)
-
-    def _wait_gateway_logged(self, access_path, records) -> None:
-        """nginx logs a request when its connection closes: wait (bounded) until the
-        last answered request of the run is in the access log."""
-        answered = [r for r in records if r.status is not None]
-        if not access_path or not answered:
-            return
-        ids = record_ids(max(answered, key=lambda r: r.ended_at))
-        path = Path(access_path)
-
-        def logged() -> bool:
-            try:
-                text = path.read_text(errors="replace")
-                return any(i in text for i in ids)
-            except OSError:
-                return False
-
-        self.wait_for(logged, self.cfg.scenario.gateway_log_wait_s, "the gateway to log the run")
 
 
 def describe_load(s) -> str:

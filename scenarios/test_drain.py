@@ -23,12 +23,12 @@ def test_drain(scenario, what):
     # act
     if what == "pod":
         scenario.disturb(victim.name)
-        scenario.record_health(victim.name)
+        scenario.witnesses.record_health(victim.name)
         scenario.evict(victim.name)
     else:
         on_node = [p.name for p in scenario.target.pods() if p.node == victim.node]
         scenario.disturb(*on_node)
-        scenario.record_health(victim.name)
+        scenario.witnesses.record_health(victim.name)
         scenario.drain(victim.node)
 
     # observe

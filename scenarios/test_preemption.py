@@ -28,7 +28,7 @@ def test_preemption(scenario):
     # act: the scheduler chooses among the engine pods on that node
     on_node = [p.name for p in target.pods() if p.node == victim.node and not p.terminating]
     scenario.disturb(*on_node)
-    scenario.record_health(victim.name)
+    scenario.witnesses.record_health(victim.name)
     t_act = time.time()
     target.preempt(victim.name)
     scenario.confirm("the preemption", {"preempted"}, on_node, since=t_act)

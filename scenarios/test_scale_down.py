@@ -16,15 +16,15 @@ from harness import checks
 
 @pytest.mark.scale_down
 def test_scale_down(scenario):
-    scenario.require_scaler()  # SKIPPED, with why, if no scaler targets the Deployment
+    scenario.scaler.require()  # SKIPPED, with why, if no scaler targets the Deployment
     # steady state: every replica up, one long answer in flight on one of them
     scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)
     busy = scenario.busiest_pod(min_in_flight=1)
     pods = scenario.target.ready_pods()
 
     # act: the scaler removes one replica; which one depends on its policy
-    if scenario.cluster_scaler:
-        scenario.hand_to_scaler()
+    if scenario.scaler.cluster:
+        scenario.scaler.hand_over()
         wait_scaler_removes(scenario, pods, busy=busy)
     else:
         if scenario.cfg.autoscaler.policy == "inflight":
@@ -37,7 +37,7 @@ def test_scale_down(scenario):
 
     # observe: the answer ends (finished, or cut by the drain's deadline)
     wait_load_idle(scenario)
-    if not scenario.cluster_scaler:
+    if not scenario.scaler.cluster:
         scenario.wait_recovered(replicas=scenario.cfg.replicas - 1)
     else:  # the count the scaler settled on
         scenario.wait_recovered(replicas=scenario.target.desired_replicas())

@@ -21,13 +21,13 @@ def test_scale_to_zero(scenario):
     require_autoscaler(scenario)  # SKIPPED, with why, if there is no scaler to hand over to
     scenario.prepare_replicas(1)
 
-    if scenario.cluster_scaler:
+    if scenario.scaler.cluster:
         # steady state: load on the single replica, one long answer among it; the scaler
         # watches it
         scenario.steady_state(
             shape="step", step_users=0, in_flight=1, long_answer_user=True, long_answer_count=1
         )
-        scenario.hand_to_scaler(as_act=False)
+        scenario.scaler.hand_over(as_act=False)
         # act: the load around the long answer stops; only the answer is left
         scenario.wait_for_load_step()
     else:

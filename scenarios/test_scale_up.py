@@ -15,17 +15,17 @@ from harness.plan import hpa_desired
 
 @pytest.mark.scale_up
 def test_scale_up(scenario):
-    scenario.require_scaler()  # SKIPPED, with why, if no scaler targets the Deployment
+    scenario.scaler.require()  # SKIPPED, with why, if no scaler targets the Deployment
     # steady state: light load on a single replica
     scenario.prepare_replicas(1)
     require_gpus_for_step(scenario)  # SKIPPED if the new replicas could never be scheduled
     scenario.steady_state(shape="step", users=2, step_users=scenario.step_users, in_flight=1)
-    if scenario.cluster_scaler:
-        scenario.hand_to_scaler(as_act=False)  # it sees the steady state before the step
+    if scenario.scaler.cluster:
+        scenario.scaler.hand_over(as_act=False)  # it sees the steady state before the step
 
     # act: the step arrives; the autoscaler reacts
     scenario.wait_for_load_step()
-    if scenario.cluster_scaler:
+    if scenario.scaler.cluster:
         replicas = wait_scaler_scaled_up(scenario, before=1)
     else:  # HPA arithmetic on in-flight requests, played by rollcheck
         replicas = autoscale_for_step(scenario)
