@@ -611,7 +611,17 @@ class Scenario:
         self.summary = self.write(data, results)
         self.progress.phase(f"verdict {self.summary['verdict'].upper()}")
         if self.summary["verdict"] != "pass":
-            raise ScenarioFailed(V.failure_message(self.summary, data, breaking_event))
+            said = (self.summary.get("calibration") or {}).get("warnings") or []
+            raise ScenarioFailed(
+                V.failure_message(
+                    results,
+                    data,
+                    f"{self.kind} on {self.target.name}",
+                    self.summary.get("report"),
+                    said,
+                    breaking_event,
+                )
+            )
         return self.summary
 
     def gather(self, expect_broken_on_victims: bool = False) -> V.RunData:

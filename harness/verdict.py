@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from harness.errors import RollcheckError
 from harness.streams import Outcome, StreamRecord
+from harness.streams.summary import count_outcomes
 
 MAX_LISTED = 200  # offending request ids kept per check
 OK_OUTCOMES = (Outcome.COMPLETE, Outcome.CANCELLED)
@@ -398,27 +399,36 @@ def describe_break(record: StreamRecord, ev, t0: float) -> str:
     return f"{ev.kind}{est} on {ev.pod} at {ev.t - t0:+.2f} s{untraced}"
 
 
-def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int = 5) -> str:
-    """The verdict, failed and inconclusive checks, the first offending requests, hints."""
+def failure_message(
+    results: Sequence[CheckResult],
+    d: RunData,
+    title: str,
+    report: str | None = None,
+    warnings: Sequence[str] = (),
+    breaking_event=None,
+    listed: int = 5,
+) -> str:
+    """The verdict, failed and inconclusive checks, the first offending requests, hints.
+    title: the scenario and the target ("drain on kube"); warnings: what was said before
+    acting (the calibration's)."""
     t0 = d.t_act or (min((r.sent_at for r in d.records), default=0.0))
     by_id = {r.request_id: r for r in d.records}
-    word = summary["verdict"].upper()
-    lines = [f"{summary['scenario']} on {summary['target']}: verdict {word}"]
-    counts = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items() if v)
+    word = verdict(results)
+    lines = [f"{title}: verdict {word.upper()}"]
+    counts = ", ".join(f"{k} {v}" for k, v in count_outcomes(d.records).items() if v)
     lines.append(f"  outcomes: {counts or 'no requests'}")
-    if summary.get("attribution"):
-        lines.append(f"  attribution: {summary['attribution']['text']}")
-    for check in summary["checks"]:
-        if check["status"] == Status.INCONCLUSIVE:
-            lines.append(f"  INCONCLUSIVE {check['name']}: {check['reason']}")
+    lines.append(f"  attribution: {attribution(d)['text']}")
+    for check in results:
+        if check.status == Status.INCONCLUSIVE:
+            lines.append(f"  INCONCLUSIVE {check.name}: {check.reason}")
             continue
-        if check["status"] != Status.FAIL:
+        if check.status != Status.FAIL:
             continue
         lines.append(
-            f"  FAILED {check['name']}: observed {check['observed']}, expected {check['expected']}"
-            f" ({check['population']})"
+            f"  FAILED {check.name}: observed {check.observed}, expected {check.expected}"
+            f" ({check.population})"
         )
-        for rid in check["requests"][:listed]:
+        for rid in check.requests[:listed]:
             r = by_id.get(rid)
             if r is None:
                 lines.append(f"    {rid}")
@@ -429,13 +439,13 @@ def failure_message(summary: dict, d: RunData, breaking_event=None, listed: int 
                 f"    {rid[:12]} {r.outcome:<13} pod {r.pod or '?'} ({r.version or '?'}) "
                 f"{r.sent_at - t0:+.2f} s .. {r.ended_at - t0:+.2f} s, {r.tokens} tokens{cause}"
             )
-        if len(check["requests"]) > listed:
-            lines.append(f"    ... and {len(check['requests']) - listed} more")
-        if check["hint"]:
-            lines.append(f"    hint: {check['hint']}")
-    if summary["verdict"] == "inconclusive":
+        if len(check.requests) > listed:
+            lines.append(f"    ... and {len(check.requests) - listed} more")
+        if check.hint:
+            lines.append(f"    hint: {check.hint}")
+    if word == "inconclusive":
         lines.append(f"  {ADVICE}")
-    for warning in (summary.get("calibration") or {}).get("warnings") or []:
+    for warning in warnings:
         lines.append(f"  said before acting: {warning}")
-    lines.append(f"  report: {summary.get('report')}")
+    lines.append(f"  report: {report}")
     return "\n".join(lines)

@@ -520,15 +520,7 @@ def test_records_counted_twice_or_from_another_run_are_refused():
 def test_failure_message_says_inconclusive_and_what_to_change():
     d = data([rec("r1", pod="p2")], SIGTERM, victims=["p1"])
     results = V.judge(d, [C.in_flight_streams_finish])
-    summary = {
-        "scenario": "drain",
-        "target": "kube",
-        "verdict": V.verdict(results),
-        "outcomes": {"complete": 1},
-        "attribution": V.attribution(d),
-        "checks": [r.to_dict() for r in results],
-    }
-    text = V.failure_message(summary, d)
+    text = V.failure_message(results, d, "drain on kube")
     assert "verdict INCONCLUSIVE" in text
     assert "no stream was in flight on p1 at its SIGTERM" in text
     assert "scenario.in_flight" in text
