@@ -368,28 +368,30 @@ def judge(d: RunData, checks: Sequence[Check]) -> list[CheckResult]:
 
 
 # worse is higher: a verdict that moves right is a regression (compare)
-VERDICT_RANK = {"pass": 0, "skipped": 1, "inconclusive": 2, "fail": 3}
+# a run's verdict is one of a check's statuses (Status): skipped, for a run, is one that
+# ended before acting
+VERDICT_RANK = {Status.PASS: 0, Status.SKIPPED: 1, Status.INCONCLUSIVE: 2, Status.FAIL: 3}
 
 
-def overall(verdicts: Iterable[str], unreadable: bool = False) -> str:
+def overall(verdicts: Iterable[str], unreadable: bool = False) -> Status:
     """A session's verdict from its runs': fail beats inconclusive (also when a run could
     not be read) beats pass; only when every run was skipped (or none ran) is it skipped."""
     seen = set(verdicts)
-    if "fail" in seen:
-        return "fail"
-    if "inconclusive" in seen or unreadable:
-        return "inconclusive"
-    return "skipped" if seen <= {"skipped"} else "pass"
+    if Status.FAIL in seen:
+        return Status.FAIL
+    if Status.INCONCLUSIVE in seen or unreadable:
+        return Status.INCONCLUSIVE
+    return Status.SKIPPED if seen <= {Status.SKIPPED} else Status.PASS
 
 
-def verdict(results: Sequence[CheckResult]) -> str:
+def verdict(results: Sequence[CheckResult]) -> Status:
     """fail beats inconclusive beats pass; skipped checks do not count."""
     statuses = {r.status for r in results}
     if Status.FAIL in statuses:
-        return "fail"
+        return Status.FAIL
     if Status.INCONCLUSIVE in statuses or not statuses - {Status.SKIPPED}:
-        return "inconclusive"
-    return "pass"
+        return Status.INCONCLUSIVE
+    return Status.PASS
 
 
 def describe_break(record: StreamRecord, ev, t0: float) -> str:
