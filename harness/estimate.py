@@ -11,7 +11,9 @@ it took (summary.json "timing").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from harness.plan import plan_rollout
 from harness.progress import clock
@@ -132,154 +134,243 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
 
     victim = part("choosing the victim", 1.0, t.steady_state_s, "scenario.steady_state_s")
     recovered = part("recovery", 1.0, ceiling)
-    if kind == "rollout":
-        # the scenario's own strategy (its parameters), else the config's
-        surge = params.get("max_surge", cfg.strategy.max_surge)
-        unavailable = params.get("max_unavailable", cfg.strategy.max_unavailable)
-        duration = _rollout_s(cfg, startup, longest, surge, unavailable)
-        return [part("the rollout", duration, t.recovery_s), recovered]
-    if kind == "adapter_rollout":
-        a = cfg.adapter
-        asks = 2 * a.golden_prompts * answer_s(cfg, 64)  # every replica at once, twice
-        steps = (len(a.steps) + 1) * a.step_s if a.versioned else 0.0
-        return [
+    act = ACTS.get(kind)
+    if act is None:
+        return [recovered]
+    return act(
+        _Act(
+            cfg,
+            kind,
+            startup,
+            params,
+            target,
+            t,
+            load,
+            ceiling,
+            longest,
+            long_answer,
+            rolling,
+            part,
             victim,
-            part("the golden prompts", asks, t.recovery_s),
-            part("the steps", steps, steps, "adapter.step_s"),
-        ]
-    if kind == "weighted_canary":
-        w = cfg.weighted_canary
-        # a step ends once it holds min_samples / weight streams (the candidate's
-        # min_samples, expected) and the candidate served them
-        rate = load.users / max(0.1, answer_s(cfg, _mean_tokens(load)))
-        steps = sum(
-            max(w.step_s, min(w.step_max_s, w.min_samples / (rate * p / 100))) for p in w.steps
+            recovered,
         )
-        return [
-            part("the candidate's start", startup, w.ready_s, "weighted_canary.ready_s"),
-            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
-            part(
-                "the steps",
-                steps,
-                len(w.steps) * (w.step_max_s + w.ready_s),
-                "weighted_canary.step_max_s",
-            ),
-            part("promoting or rolling back", rolling, t.recovery_s),
-            recovered,
-        ]
-    if kind == "shadow":
-        sh = cfg.shadow
-        # the window ends once the candidate has answered min_samples mirrored requests
-        rate = load.users / max(0.1, answer_s(cfg, _mean_tokens(load)))
-        return [
-            part("the candidate's start", startup, sh.ready_s, "shadow.ready_s"),
-            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
-            part(
-                "the mirror",
-                max(sh.window_s, min(sh.window_max_s, sh.min_samples / (rate * sh.percent / 100))),
-                sh.window_max_s,
-                "shadow.window_max_s",
-            ),
-            part("the mirrored requests' end", answer_s(cfg, longest), sh.idle_s, "shadow.idle_s"),
-            part("removing the candidate", rolling, t.recovery_s),
-            recovered,
-        ]
-    if kind == "pd_rollout":
-        pr = cfg.pd_rollout
-        asks = 2 * 8 * answer_s(cfg, 64)  # the golden prompts before and after, one at a time
-        steps = 1 if params.get("order") == "together" else 2
-        return [
-            part("the golden prompts", asks, asks, None),
-            part("the roles' rollouts", steps * rolling, steps * pr.role_s, "pd_rollout.role_s"),
-            part("golden prompts after it", pr.after_s, pr.after_s, "pd_rollout.after_s"),
-            recovered,
-        ]
-    if kind == "pd_prefill":
-        zero = cfg.pd.zero_s if params.get("act") == "to_zero" else 0.0
-        return [
-            part("choosing the victim", 1.0, t.steady_state_s, "scenario.steady_state_s"),
-            part("the act", zero + startup, zero + t.recovery_s),
-            recovered,
-        ]
-    if kind == "canary":
-        return [
-            part("the canary's start", startup, cfg.canary.ready_s, "canary.ready_s"),
-            part("the golden prompts", 8 * answer_s(cfg, 64), 8 * answer_s(cfg, 64), None),
-            part("promoting or rolling back", rolling, t.recovery_s),
-            recovered,
-        ]
-    if kind == "startup":
-        start = max(startup, t.startup_version_s) * (1 + t.startup_restarts)
-        return [
-            part("the new version's start", start, t.recovery_s),
-            part("the rollout back or on", rolling, t.recovery_s),
-            recovered,
-        ]
-    if kind == "drain":
-        drain = cfg.pod.prestop_s + min(longest, cfg.engine.shutdown_timeout_s or longest)
-        return [
-            victim,
-            part(
-                "the eviction",
-                1.0,
-                t.eviction_retry_s + t.steady_state_s,
-                "scenario.eviction_retry_s",
-            ),
-            part("recovery", startup + drain, ceiling),
-        ]
-    if kind == "preemption":
-        drain = cfg.pod.prestop_s + min(longest, cfg.engine.shutdown_timeout_s or longest)
-        return [
-            victim,
-            part("the preemption to show", 1.0, t.recovery_s),
-            part(
-                "the preemptor's hold",
-                t.preemption_hold_s,
-                t.preemption_hold_s,
-                "scenario.preemption_hold_s",
-            ),
-            part("recovery", startup + drain, ceiling),
-        ]
-    if kind == "node_loss":
-        if target == "local":  # its own control plane's grace and the pods' toleration
-            seen, evicted, back = cfg.node_monitor_grace_s, cfg.pod.unreachable_toleration_s, 0.5
-        else:  # node-monitor-grace-period (40-50 s), the tolerations a fleet sets (30 s)
-            seen, evicted, back = 45.0, 30.0, 5.0
-        return [
-            victim,
-            part("the cluster to see the loss", seen, t.recovery_s),
-            part("recovery elsewhere", startup + evicted, ceiling),
-            part("the node's return", back, 60.0, None),
-        ]
-    if kind in ("pod_kill", "oom_kill"):
-        return [
-            victim,
-            part("the kill to show", 1.0, t.recovery_s),
-            part("recovery", startup, ceiling),
-        ]
-    if kind == "scale_up":
-        step = max(0.0, load.step_at_s - t.warmup_s)
-        parts = [part("the load step", step, step + t.steady_state_s, "load.step_at_s")]
-        if cfg.kube.scaler == "cluster":
-            parts.append(part("the scaler's decision", t.hpa_sync_s, t.recovery_s))
-        return parts + [
-            part("new replicas", t.hpa_sync_s + startup, ceiling),
-            part("the queues to clear", 1.0, 0.0),
-        ]  # (within the recovery's bound)
-    if kind == "scale_down":
-        return [
-            victim,
-            part("the scale-down", t.hpa_sync_s + cfg.autoscaler.idle_s, t.recovery_s),
-            part("the long answer", long_answer, t.recovery_s),
-            recovered,
-        ]
-    if kind == "scale_to_zero":
-        return [
-            part("one replica", startup, ceiling),
-            part("the scaler", t.hpa_sync_s, 0.0),
-            part("zero replicas", long_answer + cfg.autoscaler.idle_s, t.recovery_s),
-        ]
-    return [recovered]
+    )
+
+
+class _Act(NamedTuple):
+    """What every scenario's act is estimated from (_act's context)."""
+
+    cfg: object
+    kind: str
+    startup: float
+    params: dict
+    target: str
+    t: object  # the config's scenario section
+    load: object
+    ceiling: float  # wait_recovered's bound
+    longest: float  # the longest answer
+    long_answer: float
+    rolling: float  # a rollout with the config's strategy
+    part: Callable[..., Part]
+    victim: Part
+    recovered: Part
+
+
+def _act_rollout(c: _Act) -> list[Part]:
+    # the scenario's own strategy (its parameters), else the config's
+    surge = c.params.get("max_surge", c.cfg.strategy.max_surge)
+    unavailable = c.params.get("max_unavailable", c.cfg.strategy.max_unavailable)
+    duration = _rollout_s(c.cfg, c.startup, c.longest, surge, unavailable)
+    return [c.part("the rollout", duration, c.t.recovery_s), c.recovered]
+
+
+def _act_adapter_rollout(c: _Act) -> list[Part]:
+    a = c.cfg.adapter
+    asks = 2 * a.golden_prompts * answer_s(c.cfg, 64)  # every replica at once, twice
+    steps = (len(a.steps) + 1) * a.step_s if a.versioned else 0.0
+    return [
+        c.victim,
+        c.part("the golden prompts", asks, c.t.recovery_s),
+        c.part("the steps", steps, steps, "adapter.step_s"),
+    ]
+
+
+def _act_weighted_canary(c: _Act) -> list[Part]:
+    w = c.cfg.weighted_canary
+    # a step ends once it holds min_samples / weight streams (the candidate's
+    # min_samples, expected) and the candidate served them
+    rate = c.load.users / max(0.1, answer_s(c.cfg, _mean_tokens(c.load)))
+    steps = sum(max(w.step_s, min(w.step_max_s, w.min_samples / (rate * p / 100))) for p in w.steps)
+    return [
+        c.part("the candidate's start", c.startup, w.ready_s, "weighted_canary.ready_s"),
+        c.part("the golden prompts", 8 * answer_s(c.cfg, 64), 8 * answer_s(c.cfg, 64), None),
+        c.part(
+            "the steps",
+            steps,
+            len(w.steps) * (w.step_max_s + w.ready_s),
+            "weighted_canary.step_max_s",
+        ),
+        c.part("promoting or rolling back", c.rolling, c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_shadow(c: _Act) -> list[Part]:
+    sh = c.cfg.shadow
+    # the window ends once the candidate has answered min_samples mirrored requests
+    rate = c.load.users / max(0.1, answer_s(c.cfg, _mean_tokens(c.load)))
+    return [
+        c.part("the candidate's start", c.startup, sh.ready_s, "shadow.ready_s"),
+        c.part("the golden prompts", 8 * answer_s(c.cfg, 64), 8 * answer_s(c.cfg, 64), None),
+        c.part(
+            "the mirror",
+            max(sh.window_s, min(sh.window_max_s, sh.min_samples / (rate * sh.percent / 100))),
+            sh.window_max_s,
+            "shadow.window_max_s",
+        ),
+        c.part(
+            "the mirrored requests' end", answer_s(c.cfg, c.longest), sh.idle_s, "shadow.idle_s"
+        ),
+        c.part("removing the candidate", c.rolling, c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_pd_rollout(c: _Act) -> list[Part]:
+    pr = c.cfg.pd_rollout
+    asks = 2 * 8 * answer_s(c.cfg, 64)  # the golden prompts before and after, one at a time
+    steps = 1 if c.params.get("order") == "together" else 2
+    return [
+        c.part("the golden prompts", asks, asks, None),
+        c.part("the roles' rollouts", steps * c.rolling, steps * pr.role_s, "pd_rollout.role_s"),
+        c.part("golden prompts after it", pr.after_s, pr.after_s, "pd_rollout.after_s"),
+        c.recovered,
+    ]
+
+
+def _act_pd_prefill(c: _Act) -> list[Part]:
+    zero = c.cfg.pd.zero_s if c.params.get("act") == "to_zero" else 0.0
+    return [
+        c.part("choosing the victim", 1.0, c.t.steady_state_s, "scenario.steady_state_s"),
+        c.part("the act", zero + c.startup, zero + c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_canary(c: _Act) -> list[Part]:
+    return [
+        c.part("the canary's start", c.startup, c.cfg.canary.ready_s, "canary.ready_s"),
+        c.part("the golden prompts", 8 * answer_s(c.cfg, 64), 8 * answer_s(c.cfg, 64), None),
+        c.part("promoting or rolling back", c.rolling, c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_startup(c: _Act) -> list[Part]:
+    start = max(c.startup, c.t.startup_version_s) * (1 + c.t.startup_restarts)
+    return [
+        c.part("the new version's start", start, c.t.recovery_s),
+        c.part("the rollout back or on", c.rolling, c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_drain(c: _Act) -> list[Part]:
+    drain = c.cfg.pod.prestop_s + min(c.longest, c.cfg.engine.shutdown_timeout_s or c.longest)
+    return [
+        c.victim,
+        c.part(
+            "the eviction",
+            1.0,
+            c.t.eviction_retry_s + c.t.steady_state_s,
+            "scenario.eviction_retry_s",
+        ),
+        c.part("recovery", c.startup + drain, c.ceiling),
+    ]
+
+
+def _act_preemption(c: _Act) -> list[Part]:
+    drain = c.cfg.pod.prestop_s + min(c.longest, c.cfg.engine.shutdown_timeout_s or c.longest)
+    return [
+        c.victim,
+        c.part("the preemption to show", 1.0, c.t.recovery_s),
+        c.part(
+            "the preemptor's hold",
+            c.t.preemption_hold_s,
+            c.t.preemption_hold_s,
+            "scenario.preemption_hold_s",
+        ),
+        c.part("recovery", c.startup + drain, c.ceiling),
+    ]
+
+
+def _act_node_loss(c: _Act) -> list[Part]:
+    if c.target == "local":  # its own control plane's grace and the pods' toleration
+        seen, evicted, back = c.cfg.node_monitor_grace_s, c.cfg.pod.unreachable_toleration_s, 0.5
+    else:  # node-monitor-grace-period (40-50 s), the tolerations a fleet sets (30 s)
+        seen, evicted, back = 45.0, 30.0, 5.0
+    return [
+        c.victim,
+        c.part("the cluster to see the loss", seen, c.t.recovery_s),
+        c.part("recovery elsewhere", c.startup + evicted, c.ceiling),
+        c.part("the node's return", back, 60.0, None),
+    ]
+
+
+def _act_pod_kill_or_oom_kill(c: _Act) -> list[Part]:
+    return [
+        c.victim,
+        c.part("the kill to show", 1.0, c.t.recovery_s),
+        c.part("recovery", c.startup, c.ceiling),
+    ]
+
+
+def _act_scale_up(c: _Act) -> list[Part]:
+    step = max(0.0, c.load.step_at_s - c.t.warmup_s)
+    parts = [c.part("the load step", step, step + c.t.steady_state_s, "load.step_at_s")]
+    if c.cfg.kube.scaler == "cluster":
+        parts.append(c.part("the scaler's decision", c.t.hpa_sync_s, c.t.recovery_s))
+    return parts + [
+        c.part("new replicas", c.t.hpa_sync_s + c.startup, c.ceiling),
+        c.part("the queues to clear", 1.0, 0.0),
+    ]  # (within the recovery's bound)
+
+
+def _act_scale_down(c: _Act) -> list[Part]:
+    return [
+        c.victim,
+        c.part("the scale-down", c.t.hpa_sync_s + c.cfg.autoscaler.idle_s, c.t.recovery_s),
+        c.part("the long answer", c.long_answer, c.t.recovery_s),
+        c.recovered,
+    ]
+
+
+def _act_scale_to_zero(c: _Act) -> list[Part]:
+    return [
+        c.part("one replica", c.startup, c.ceiling),
+        c.part("the scaler", c.t.hpa_sync_s, 0.0),
+        c.part("zero replicas", c.long_answer + c.cfg.autoscaler.idle_s, c.t.recovery_s),
+    ]
+
+
+ACTS: dict[str, Callable[[_Act], list[Part]]] = {
+    "rollout": _act_rollout,
+    "adapter_rollout": _act_adapter_rollout,
+    "weighted_canary": _act_weighted_canary,
+    "shadow": _act_shadow,
+    "pd_rollout": _act_pd_rollout,
+    "pd_prefill": _act_pd_prefill,
+    "canary": _act_canary,
+    "startup": _act_startup,
+    "drain": _act_drain,
+    "preemption": _act_preemption,
+    "node_loss": _act_node_loss,
+    "pod_kill": _act_pod_kill_or_oom_kill,
+    "oom_kill": _act_pod_kill_or_oom_kill,
+    "scale_up": _act_scale_up,
+    "scale_down": _act_scale_down,
+    "scale_to_zero": _act_scale_to_zero,
+}
 
 
 def _rollout_s(cfg, startup: float, drain: float, surge, unavailable) -> float:
