@@ -491,11 +491,11 @@ def test_the_pods_judged_as_the_candidate_are_the_ones_its_rollout_made(target_f
     scenario = Scenario("s", "rollout", t.cfg, t, tmp_path / "run")
     t.action("steady_state")
     before = t.ready_pods()
-    assert scenario._new_pods("v1", before) == []  # no rollout yet: nothing is new
+    assert scenario.new_pods("v1", before) == []  # no rollout yet: nothing is new
     t.rollout("v2", max_surge="1", max_unavailable="0")
     t.wait_settled(2, 30)
     after = t.ready_pods()
-    assert sorted(p.name for p in scenario._new_pods("v2", after)) == sorted(p.name for p in after)
+    assert sorted(p.name for p in scenario.new_pods("v2", after)) == sorted(p.name for p in after)
     assert not {p.name for p in before} & {p.name for p in after}
     with pytest.raises(Exception, match="the baseline's version"):
         scenario.require_candidate("v1", {}, "canary.version")
