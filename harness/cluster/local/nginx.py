@@ -204,6 +204,19 @@ class Nginx:
             error=lambda msg: GatewayError(f"{msg}: {self._stderr_tail()}"),
             alive=not_dead,
         )
+        # The master forks its worker after it writes its pid, and the port takes
+        # connections (into the backlog) before then. A reload before the worker is up
+        # would take that worker, with the empty config, for the new config's (CI: the
+        # first request after the first change was answered "no ready endpoints").
+        master = self.proc.pid
+        wait_until(
+            lambda: any(cmdline(w).endswith("worker process") for w in children(master)),
+            10,
+            "nginx's worker",
+            interval_s=0.005,
+            error=lambda msg: GatewayError(f"{msg}: {self._stderr_tail()}"),
+            alive=not_dead,
+        )
         self._thread.start()
 
     def _stderr_tail(self) -> str:
