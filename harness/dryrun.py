@@ -193,12 +193,17 @@ class DryRunTarget(Target):
         self.action("mirror", percent=percent)
 
     def pd_rollout(self, roles: tuple[str, ...], version: str, engine: dict | None = None) -> Event:
-        self.inner.prefill_pods()  # CannotRun, as the real act, where there is no P/D here
+        self._require_pd()
         return self.action("rollout", to_version=version, roles=list(roles), engine=engine or {})
 
     def pd_scale(self, role: str, replicas: int) -> Event:
-        self.inner.prefill_pods()
+        self._require_pd()
         return self.action("scale", role=role, replicas=replicas)
+
+    def _require_pd(self) -> None:
+        blocker = self.inner.pd_blocker()
+        if blocker:  # as the real act would be: SKIPPED, nothing changed
+            raise CannotRun(blocker)
 
     # --- waits -----------------------------------------------------------------------
     def wait_for(
