@@ -258,7 +258,7 @@ def target(request, rollcheck_config, run_dir, progress):
         try:
             tgt.start()
         except CannotRun as exc:  # found before anything was touched (RBAC): SKIPPED
-            from harness.scenario import write_unjudged
+            from harness.preconditions import write_unjudged
 
             write_unjudged(run_dir, _kind(request.node), request.node.name, tgt.name, str(exc))
             progress.phase(f"SKIPPED: {exc}")
@@ -379,7 +379,7 @@ def load(scenario):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """The target found, before acting, that it cannot run this scenario (CannotRun): the
-    scenario ends SKIPPED with the reason, its run folder saying why, as `scenario.skip`."""
+    scenario ends SKIPPED with the reason, its run folder saying why, as `scenario.preconditions.skip`."""
     from harness.cluster.target import CannotRun
 
     try:
@@ -388,7 +388,7 @@ def pytest_runtest_call(item):
         sc = getattr(item, "funcargs", {}).get("scenario")
         if sc is None:
             raise
-        sc.skip(str(exc))  # raises ScenarioSkipped
+        sc.preconditions.skip(str(exc))  # raises ScenarioSkipped
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -396,7 +396,8 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     from harness.errors import RollcheckError
-    from harness.scenario import DryRun, ScenarioFailed, ScenarioSkipped
+    from harness.preconditions import ScenarioSkipped
+    from harness.scenario import DryRun, ScenarioFailed
 
     if call.excinfo is not None and call.excinfo.errisinstance(ScenarioFailed):
         report.longrepr = str(call.excinfo.value)  # the verdict is the message, not a traceback
@@ -523,7 +524,7 @@ def _interrupted_runs(session_dir: Path) -> None:
     """A session stopped by a signal (the Job's deadline, a node drain, Ctrl-C) leaves the
     run it was in without a verdict: that run says so, INCONCLUSIVE, so the index and the
     history show the night as it ended, its records and events beside it."""
-    from harness.scenario import write_unjudged
+    from harness.preconditions import write_unjudged
 
     for folder in sorted(p for p in session_dir.iterdir() if p.is_dir()):
         if (folder / "summary.json").exists() or not (folder / "events.jsonl").exists():

@@ -20,7 +20,7 @@ from harness.config.load import ModelShare
 @pytest.mark.adapter_rollout
 def test_adapter_rollout(scenario):
     target, a = scenario.target, scenario.cfg.adapter
-    scenario.require("load LoRA adapters", target.adapter_blocker())
+    scenario.preconditions.require("load LoRA adapters", target.adapter_blocker())
     old, new = a.names()
     prompts = canary.load_prompts(a.prompts)[: a.golden_prompts]
 
@@ -29,12 +29,12 @@ def test_adapter_rollout(scenario):
     for pod in pods:
         target.load_adapter(pod.name, old, a.path_of(a.from_version))
     scenario.steady_state(models=[ModelShare(old, a.share)])
-    before = scenario.ask_each(pods, prompts, model=old)
+    before = scenario.versions.ask_each(pods, prompts, model=old)
 
     # act: the new version on every replica (in place, under the one name, if not versioned)
     for pod in pods:
         target.load_adapter(pod.name, new, a.path_of(a.to_version), inplace=not a.versioned)
-    after = scenario.ask_each(pods, prompts, model=new)
+    after = scenario.versions.ask_each(pods, prompts, model=new)
 
     # the requests move to it by weight, then the old version goes
     if a.versioned:
@@ -46,7 +46,7 @@ def test_adapter_rollout(scenario):
         for pod in pods:
             target.unload_adapter(pod.name, old)
         scenario.hold(a.step_s, f"{old} unloaded")
-    scenario.wait_recovered()  # the replicas as they were, serving: "after" from here
+    scenario.recovery.wait()  # the replicas as they were, serving: "after" from here
     scenario.cool_down()
 
     # judge

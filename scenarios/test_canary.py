@@ -22,22 +22,24 @@ def test_canary(scenario):
     cfg = scenario.cfg.canary
     version = cfg.version or scenario.cfg.next_version
     prompts = canary.load_prompts(cfg.prompts)
-    engine = scenario.candidate_engine(cfg)
+    engine = scenario.versions.candidate_engine(cfg)
 
-    scenario.require_gpus(1)  # the canary replica needs a GPU of its own
+    scenario.preconditions.require_gpus(1)  # the canary replica needs a GPU of its own
     # a config error if the candidate is the baseline (its version, or on a cluster its image)
-    scenario.require_candidate(version, dict(cfg.engine), "canary.version" if cfg.version else "")
+    scenario.versions.require_candidate(
+        version, dict(cfg.engine), "canary.version" if cfg.version else ""
+    )
 
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()
     baseline_pod = scenario.target.ready_pods()[0]
-    baseline = scenario.ask(baseline_pod, prompts)
+    baseline = scenario.versions.ask(baseline_pod, prompts)
 
     # act: one canary replica of the new version, the rollout held there until judged
     scenario.target.start_canary(version, engine=engine)
-    canary_pod = scenario.wait_version_ready(version, cfg.ready_s)
+    canary_pod = scenario.versions.wait_ready(version, cfg.ready_s)
     asked_at = time.time()
-    candidate = scenario.ask(canary_pod, prompts)
+    candidate = scenario.versions.ask(canary_pod, prompts)
     serving = pods_ready_of(scenario.target.events(), version, asked_at, time.time())
     result = canary.compare(
         prompts, baseline, candidate, cfg.mode, cfg.min_agreement, cfg.agree_after_tokens
@@ -50,8 +52,8 @@ def test_canary(scenario):
     else:
         action = "rolled back"
         scenario.target.rollback_canary()
-    scenario.wait_rollout()
-    scenario.wait_recovered()
+    scenario.recovery.wait_rollout()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     scenario.extras["canary"] = result.to_dict() | {

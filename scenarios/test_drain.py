@@ -18,21 +18,23 @@ def test_drain(scenario, what):
 
     # steady state: load running, streams in flight on the pod about to go
     scenario.steady_state()
-    victim = scenario.busiest_pod(past_prestop=True)  # so a stream is in flight at SIGTERM
+    victim = scenario.disruption.busiest_pod(
+        past_prestop=True
+    )  # so a stream is in flight at SIGTERM
 
     # act
     if what == "pod":
-        scenario.disturb(victim.name)
+        scenario.disruption.disturb(victim.name)
         scenario.witnesses.record_health(victim.name)
-        scenario.evict(victim.name)
+        scenario.disruption.evict(victim.name)
     else:
         on_node = [p.name for p in scenario.target.pods() if p.node == victim.node]
-        scenario.disturb(*on_node)
+        scenario.disruption.disturb(*on_node)
         scenario.witnesses.record_health(victim.name)
-        scenario.drain(victim.node)
+        scenario.disruption.drain(victim.node)
 
     # observe
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     # judge (every scenario also runs the shared stream checks: broken, hung, gateway, SLOs)
@@ -45,4 +47,4 @@ def test_drain(scenario, what):
 
 def require_node_drain(scenario) -> None:
     """Before acting: SKIPPED if this target may not drain a node."""
-    scenario.require("drain a node", scenario.target.node_drain_blocker())
+    scenario.preconditions.require("drain a node", scenario.target.node_drain_blocker())

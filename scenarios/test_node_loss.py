@@ -23,18 +23,18 @@ from harness import checks
 @pytest.mark.node_loss
 def test_node_loss(scenario):
     target = scenario.target
-    scenario.require("stop a node", target.node_loss_blocker())
+    scenario.preconditions.require("stop a node", target.node_loss_blocker())
 
     # steady state: load running, streams in flight on the pod whose node goes
     scenario.steady_state()
-    victim = scenario.busiest_pod()
+    victim = scenario.disruption.busiest_pod()
 
     # act: the node stops; the cluster sees it only once its controller marks the pods
     on_node = [p.name for p in target.pods() if p.node == victim.node and not p.terminating]
-    scenario.disturb(*on_node)
+    scenario.disruption.disturb(*on_node)
     t_act = time.time()
     target.lose_node(victim.node)
-    scenario.confirm(
+    scenario.disruption.confirm(
         f"the loss of node {victim.node}",
         {"unready", "terminating"},
         on_node,
@@ -45,7 +45,7 @@ def test_node_loss(scenario):
 
     # observe: replacements ready elsewhere (the lost pods stay terminating until their
     # kubelet is back to end them), then the node comes back
-    scenario.wait_recovered(ignoring=tuple(on_node))
+    scenario.recovery.wait(ignoring=tuple(on_node))
     target.return_node(victim.node)
     scenario.cool_down()
 

@@ -18,19 +18,19 @@ from harness import checks
 def test_oom_kill(scenario):
     # steady state
     scenario.steady_state()
-    victim = scenario.busiest_pod()
+    victim = scenario.disruption.busiest_pod()
 
     # act: the request, and wait until the target shows the engine dead
-    scenario.disturb(victim.name)
-    scenario.kill(victim.name, by="memory")
+    scenario.disruption.disturb(victim.name)
+    scenario.disruption.kill(victim.name, by="memory")
 
     # observe: the restarted engine (or a replacement) ready and serving; a client that
     # retries the request that got no answer sends it again to the engine that came back
-    scenario.wait_replaced(victim.name)
+    scenario.recovery.wait_replaced(victim.name)
     for retry in range(1, scenario.cfg.scenario.oom_retries + 1):
-        if scenario.kill(victim.name, by="memory", retry=retry) is None:
+        if scenario.disruption.kill(victim.name, by="memory", retry=retry) is None:
             break  # answered this time (refused, or served): nothing more to retry
-        scenario.wait_replaced(victim.name)
+        scenario.recovery.wait_replaced(victim.name)
     scenario.cool_down()
 
     # judge

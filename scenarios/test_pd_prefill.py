@@ -29,7 +29,7 @@ ACTIONS = {"drain": "evict", "kill": "kill", "to_zero": "scale"}
 @pytest.mark.parametrize("act", ACTS)
 def test_pd_prefill(scenario, act):
     target, cfg = scenario.target, scenario.cfg
-    scenario.require("disrupt the prefill role", target.pd_blocker())
+    scenario.preconditions.require("disrupt the prefill role", target.pd_blocker())
     prefill_replicas = cfg.pd.prefill_replicas
 
     # steady state: a prefill pod with prefills in flight, decode pods waiting on it
@@ -92,7 +92,7 @@ def test_pd_prefill(scenario, act):
             cfg.pod.termination_grace_s + cfg.scenario.recovery_s,
             f"{victim} removed",
         )
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     # the decode pods' view: the victim's prefills in flight at the act, and the failed

@@ -32,8 +32,10 @@ ORDERS = {
 def test_pd_rollout(scenario, order):
     cfg, target = scenario.cfg.pd_rollout, scenario.target
     old, new = scenario.cfg.version, cfg.version or scenario.cfg.next_version
-    scenario.require("roll a prefill/decode deployment", target.pd_blocker())
-    scenario.require_candidate(new, cfg.engine, "pd_rollout.version" if cfg.version else "")
+    scenario.preconditions.require("roll a prefill/decode deployment", target.pd_blocker())
+    scenario.versions.require_candidate(
+        new, cfg.engine, "pd_rollout.version" if cfg.version else ""
+    )
     prompts = canary.load_prompts(cfg.prompts)
 
     loop = GoldenLoop(
@@ -72,7 +74,7 @@ def test_pd_rollout(scenario, order):
     finally:
         answers = loop.stop(scenario.cfg.slo.stall_timeout_s + 5)
     after = loop.ask_each()  # the new version's answers from its own pair
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     # each answer's decode pod (the gateway's upstream) and prefill pod (the decode's route)

@@ -13,14 +13,14 @@ from harness import checks
 def test_pod_kill(scenario):
     # steady state
     scenario.steady_state()
-    victim = scenario.busiest_pod()
+    victim = scenario.disruption.busiest_pod()
 
     # act
-    scenario.disturb(victim.name)
-    scenario.kill(victim.name)  # and wait until the target shows the engine dead
+    scenario.disruption.disturb(victim.name)
+    scenario.disruption.kill(victim.name)  # and wait until the target shows the engine dead
 
     # observe: a replacement ready and serving
-    scenario.wait_replaced(victim.name)
+    scenario.recovery.wait_replaced(victim.name)
     scenario.cool_down()
 
     # judge

@@ -19,24 +19,24 @@ from harness import checks
 @pytest.mark.preemption
 def test_preemption(scenario):
     target = scenario.target
-    scenario.require("preempt an engine pod", target.preemption_blocker())
+    scenario.preconditions.require("preempt an engine pod", target.preemption_blocker())
 
     # steady state: load running, streams in flight on the pod about to go
     scenario.steady_state()
-    victim = scenario.busiest_pod(past_prestop=True)
+    victim = scenario.disruption.busiest_pod(past_prestop=True)
 
     # act: the scheduler chooses among the engine pods on that node
     on_node = [p.name for p in target.pods() if p.node == victim.node and not p.terminating]
-    scenario.disturb(*on_node)
+    scenario.disruption.disturb(*on_node)
     scenario.witnesses.record_health(victim.name)
     t_act = time.time()
     target.preempt(victim.name)
-    scenario.confirm("the preemption", {"preempted"}, on_node, since=t_act)
+    scenario.disruption.confirm("the preemption", {"preempted"}, on_node, since=t_act)
 
     # observe: the preemptor holds the node, leaves, and the replacement runs
     scenario.hold(scenario.cfg.scenario.preemption_hold_s, "the preemptor holds the node")
     target.end_preemption()
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     # judge

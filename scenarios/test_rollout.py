@@ -23,8 +23,10 @@ def test_rollout(scenario, strategy):
     max_surge, max_unavailable = STRATEGIES[strategy]
 
     surge, unavailable = resolve_strategy(scenario, max_surge, max_unavailable)
-    scenario.require_gpus(surge)  # SKIPPED if the surge pods could never be scheduled
-    scenario.require_candidate(scenario.cfg.next_version)  # a config error if it is no change
+    scenario.preconditions.require_gpus(surge)  # SKIPPED if the surge pods could never be scheduled
+    scenario.versions.require_candidate(
+        scenario.cfg.next_version
+    )  # a config error if it is no change
 
     # steady state
     scenario.steady_state()
@@ -35,9 +37,9 @@ def test_rollout(scenario, strategy):
     )
 
     # observe: the rollout done, and every ready pod one it made, running the candidate
-    scenario.wait_rollout()
+    scenario.recovery.wait_rollout()
     confirm_rolled_out(scenario, scenario.cfg.next_version)
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     # judge
@@ -51,7 +53,7 @@ def confirm_rolled_out(scenario, version: str) -> None:
     """After the rollout: every ready pod is one the rollout made, running the candidate.
     Otherwise the run stops (INCONCLUSIVE, or FAIL if a stream broke)."""
     pods = scenario.target.ready_pods()
-    new = scenario.new_pods(version, pods)
+    new = scenario.versions.new_pods(version, pods)
     old = [p.name for p in pods if p not in new]
     if old or not new:
         scenario.inconclusive(

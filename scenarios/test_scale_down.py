@@ -19,7 +19,7 @@ def test_scale_down(scenario):
     scenario.scaler.require()  # SKIPPED, with why, if no scaler targets the Deployment
     # steady state: every replica up, one long answer in flight on one of them
     scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)
-    busy = scenario.busiest_pod(min_in_flight=1)
+    busy = scenario.disruption.busiest_pod(min_in_flight=1)
     pods = scenario.target.ready_pods()
 
     # act: the scaler removes one replica; which one depends on its policy
@@ -32,15 +32,15 @@ def test_scale_down(scenario):
             victim = max(idle or pods, key=lambda p: p.created_at)  # the ReplicaSet's newest
         else:  # blind to in-flight answers: the worst case is the busy replica
             victim = busy
-        scenario.disturb(victim.name)
+        scenario.disruption.disturb(victim.name)
         scenario.target.scale_down(victim.name)
 
     # observe: the answer ends (finished, or cut by the drain's deadline)
     wait_load_idle(scenario)
     if not scenario.scaler.cluster:
-        scenario.wait_recovered(replicas=scenario.cfg.replicas - 1)
+        scenario.recovery.wait(replicas=scenario.cfg.replicas - 1)
     else:  # the count the scaler settled on
-        scenario.wait_recovered(replicas=scenario.target.desired_replicas())
+        scenario.recovery.wait(replicas=scenario.target.desired_replicas())
     scenario.cool_down()
 
     # judge: the only requests are the long answer's, sent before the act
@@ -72,7 +72,7 @@ def wait_scaler_removes(scenario, pods: list, busy=None) -> str | None:
         return None
     if gone == [None]:
         return None
-    scenario.victims = gone
+    scenario.disruption.victims = gone
     why = scenario.target.why_removed(gone[0])
     held = None if busy is None else busy.name == gone[0]
     scenario.target.action("scaler_removed", pod=gone[0], why=why, busy=held)

@@ -19,7 +19,7 @@ from harness import checks
 @pytest.mark.scale_to_zero
 def test_scale_to_zero(scenario):
     require_autoscaler(scenario)  # SKIPPED, with why, if there is no scaler to hand over to
-    scenario.prepare_replicas(1)
+    scenario.recovery.prepare_replicas(1)
 
     if scenario.scaler.cluster:
         # steady state: load on the single replica, one long answer among it; the scaler
@@ -29,7 +29,7 @@ def test_scale_to_zero(scenario):
         )
         scenario.scaler.hand_over(as_act=False)
         # act: the load around the long answer stops; only the answer is left
-        scenario.wait_for_load_step()
+        scenario.disruption.wait_for_load_step()
     else:
         # steady state: nothing but one long answer in flight on a single replica
         scenario.steady_state(in_flight=1, users=0, long_answer_user=True, long_answer_count=1)
@@ -53,11 +53,11 @@ def require_autoscaler(scenario) -> None:
     (kube.scaler=cluster) none that ever takes the workload to zero."""
     blocker = scenario.target.autoscaler_blocker(to_zero=True)
     if blocker:
-        scenario.skip(f"cannot hand over to an autoscaler here: {blocker}")
+        scenario.preconditions.skip(f"cannot hand over to an autoscaler here: {blocker}")
 
 
 def wait_scaled_to_zero(scenario) -> None:
     if scenario.wait_for(
         lambda: not scenario.target.pods(), scenario.cfg.scenario.recovery_s, "zero replicas"
     ):
-        scenario.t_recovered = time.time()
+        scenario.recovery.t_recovered = time.time()

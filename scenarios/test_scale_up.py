@@ -17,22 +17,24 @@ from harness.plan import hpa_desired
 def test_scale_up(scenario):
     scenario.scaler.require()  # SKIPPED, with why, if no scaler targets the Deployment
     # steady state: light load on a single replica
-    scenario.prepare_replicas(1)
+    scenario.recovery.prepare_replicas(1)
     require_gpus_for_step(scenario)  # SKIPPED if the new replicas could never be scheduled
-    scenario.steady_state(shape="step", users=2, step_users=scenario.step_users, in_flight=1)
+    scenario.steady_state(
+        shape="step", users=2, step_users=scenario.cfg.scenario.step_users, in_flight=1
+    )
     if scenario.scaler.cluster:
         scenario.scaler.hand_over(as_act=False)  # it sees the steady state before the step
 
     # act: the step arrives; the autoscaler reacts
-    scenario.wait_for_load_step()
+    scenario.disruption.wait_for_load_step()
     if scenario.scaler.cluster:
         replicas = wait_scaler_scaled_up(scenario, before=1)
     else:  # HPA arithmetic on in-flight requests, played by rollcheck
         replicas = autoscale_for_step(scenario)
 
     # observe
-    scenario.wait_recovered(replicas=replicas)
-    scenario.wait_queues_clear()
+    scenario.recovery.wait(replicas=replicas)
+    scenario.recovery.wait_queues_clear()
     scenario.cool_down(scenario.cfg.scenario.step_cool_down_s)
 
     # judge
@@ -66,7 +68,7 @@ def require_gpus_for_step(scenario) -> None:
     current = len(scenario.target.ready_pods())
     per_replica = scenario.cfg.scenario.step_users / max(1, current)
     desired = hpa_desired(current, per_replica, scenario.cfg.scenario.hpa_target_in_flight)
-    scenario.require_gpus(
+    scenario.preconditions.require_gpus(
         desired - current,
         "the load step",
         "new replicas",
@@ -78,7 +80,7 @@ def wait_scaler_scaled_up(scenario, before: int) -> int:
     """scale_up with the workload's own scaler: until it asks for more replicas than
     `before`, within scenario.recovery_s of the step; the count it asked for (or
     `before`, with the reason on the timeline, when it never did)."""
-    since = scenario.t_step if scenario.t_step is not None else time.time()
+    since = scenario.disruption.t_step if scenario.disruption.t_step is not None else time.time()
     left = since + scenario.cfg.scenario.recovery_s - time.time()
     if scenario.wait_for(
         lambda: (scenario.target.desired_replicas() or 0) > before,

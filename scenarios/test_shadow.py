@@ -31,18 +31,18 @@ POLL_S = 1.0  # the window's observations are counted this often once window_s h
 def test_shadow(scenario):
     cfg, target = scenario.cfg.shadow, scenario.target
     version = cfg.version or scenario.cfg.next_version
-    scenario.require("mirror requests at the gateway", target.mirror_blocker())
+    scenario.preconditions.require("mirror requests at the gateway", target.mirror_blocker())
     prompts = canary.load_prompts(cfg.prompts)
-    engine = scenario.candidate_engine(cfg)
+    engine = scenario.versions.candidate_engine(cfg)
     replicas = candidate_replicas(cfg.percent, scenario.cfg.replicas)
-    scenario.require_gpus(replicas)
+    scenario.preconditions.require_gpus(replicas)
     key = "shadow.version" if cfg.version else ""
-    scenario.require_candidate(version, dict(cfg.engine), key)
+    scenario.versions.require_candidate(version, dict(cfg.engine), key)
 
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()
     baseline_pod = target.ready_pods()[0]
-    baseline = scenario.ask(baseline_pod, prompts)
+    baseline = scenario.versions.ask(baseline_pod, prompts)
 
     # the candidate: its replicas, given no traffic; its answers asked directly
     target.start_candidate(version, engine, cfg.stable_selects_candidate)
@@ -65,7 +65,7 @@ def test_shadow(scenario):
     golden = canary.compare(
         prompts,
         baseline,
-        scenario.ask(ready[0], prompts),
+        scenario.versions.ask(ready[0], prompts),
         cfg.mode,
         cfg.min_agreement,
         cfg.agree_after_tokens,
@@ -102,9 +102,9 @@ def test_shadow(scenario):
 
     # the candidate removed, the routes as they were
     target.rollback_canary()
-    scenario.wait_rollout()
+    scenario.recovery.wait_rollout()
     target.end_split()
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     scenario.extras["shadow"] = {

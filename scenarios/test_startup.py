@@ -20,18 +20,18 @@ def test_startup(scenario):
     t = scenario.cfg.scenario
     version = scenario.cfg.next_version
     probes = scenario.target.pod_probes()
-    scenario.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
+    scenario.preconditions.require_gpus(scenario.cfg.strategy.resolve(scenario.cfg.replicas)[0])
 
     # act (below): the new version loads its weights for scenario.startup_version_s (the
     # simulator's); 0 on a real cluster: the new image's own start-up (kube.image)
     slow = {"startup_s": t.startup_version_s} if t.startup_version_s else {}
-    scenario.require_candidate(version, slow)  # a config error if it is no change
+    scenario.versions.require_candidate(version, slow)  # a config error if it is no change
 
     scenario.steady_state()
     scenario.target.rollout(version, engine=slow)
     state, restarts = wait_version_started(scenario, version, t.startup_restarts)
     if state == "ready":
-        scenario.wait_rollout()
+        scenario.recovery.wait_rollout()
         restarts |= {
             p.name: max(p.restarts, restarts.get(p.name, 0))
             for p in scenario.target.pods()
@@ -41,8 +41,8 @@ def test_startup(scenario):
         scenario.target.rollout(
             scenario.cfg.version, engine={"startup_s": scenario.cfg.engine.startup_s}
         )
-        scenario.wait_rollout()
-    scenario.wait_recovered()
+        scenario.recovery.wait_rollout()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     observed = observed_startup_s(scenario, version)
@@ -62,7 +62,7 @@ def wait_version_started(scenario, version: str, restarts: int) -> tuple[str, di
 
     def settled() -> str | None:
         ready = False
-        for p in scenario.new_pods(version, scenario.target.pods()):
+        for p in scenario.versions.new_pods(version, scenario.target.pods()):
             seen[p.name] = max(seen.get(p.name, 0), p.restarts)
             ready = ready or (p.ready and not p.terminating)
         if any(n >= restarts for n in seen.values()):

@@ -37,25 +37,27 @@ POLL_S = 1.0  # a step's streams are counted this often once its shortest window
 def test_weighted_canary(scenario):
     cfg, target = scenario.cfg.weighted_canary, scenario.target
     version = cfg.version or scenario.cfg.next_version
-    scenario.require("split traffic by weight at the gateway", target.weight_blocker())
+    scenario.preconditions.require(
+        "split traffic by weight at the gateway", target.weight_blocker()
+    )
     prompts = canary.load_prompts(cfg.prompts)
-    engine = scenario.candidate_engine(cfg)
-    scenario.require_gpus(1)  # the candidate's first replica
+    engine = scenario.versions.candidate_engine(cfg)
+    scenario.preconditions.require_gpus(1)  # the candidate's first replica
     key = "weighted_canary.version" if cfg.version else ""
-    scenario.require_candidate(version, dict(cfg.engine), key)
+    scenario.versions.require_candidate(version, dict(cfg.engine), key)
 
     # steady state, and the baseline's answers from one of its replicas
     scenario.steady_state()
     baseline_pod = target.ready_pods()[0]
-    baseline = scenario.ask(baseline_pod, prompts)
+    baseline = scenario.versions.ask(baseline_pod, prompts)
 
     # the candidate: one replica, no traffic yet; its answers before any traffic moves
     target.start_candidate(version, engine, cfg.stable_selects_candidate)
-    candidate_pod = scenario.wait_version_ready(version, cfg.ready_s)
+    candidate_pod = scenario.versions.wait_ready(version, cfg.ready_s)
     golden = canary.compare(
         prompts,
         baseline,
-        scenario.ask(candidate_pod, prompts),
+        scenario.versions.ask(candidate_pod, prompts),
         cfg.mode,
         cfg.min_agreement,
         cfg.agree_after_tokens,
@@ -81,9 +83,9 @@ def test_weighted_canary(scenario):
         )
         target.set_weight(0)
         target.rollback_canary()
-    scenario.wait_rollout()
+    scenario.recovery.wait_rollout()
     target.end_split()
-    scenario.wait_recovered()
+    scenario.recovery.wait()
     scenario.cool_down()
 
     scenario.extras["weighted_canary"] = {

@@ -150,7 +150,7 @@ def test_no_import_circle():
 NOT_USER_ERRORS = {
     "harness.scenario.ScenarioFailed",  # a verdict, reported by the plugin
     "harness.scenario.DryRun",
-    "harness.scenario.ScenarioSkipped",
+    "harness.preconditions.ScenarioSkipped",
     "harness.signals.Terminated",  # SIGTERM, unwound like Ctrl-C
     "harness.sim.app.BadRequest",  # the simulator's own 400s, on the wire
     "harness.sim.adapters.AdapterError",  # the simulator's adapter refusals, on the wire
@@ -263,3 +263,25 @@ def test_only_the_engine_kinds_test_which_engine_runs():
                 if any(names_kind(s) for s in sides) and set(consts) & set(KINDS):
                     found.append(f"{rel}:{node.lineno}")
     assert not found, f"engine kinds tested outside harness/engines: {found}"
+
+
+def test_the_scenario_stays_small_and_built_of_parts():
+    """Scenario holds the steps every scenario has; what several share is in its parts
+    (disruption, recovery, versions, preconditions, witnesses, the scaler hand-over),
+    and what one uses in that scenario's file: a new scenario does not grow it."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parents[1] / "harness" / "scenario.py").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Scenario"]
+    assert cls.end_lineno - cls.lineno + 1 < 300
+    parts = {"disruption", "recovery", "versions", "preconditions", "witnesses", "scaler"}
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assigned = {
+        t.attr
+        for n in ast.walk(init)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Attribute)
+    }
+    assert parts <= assigned

@@ -428,7 +428,7 @@ def test_a_load_step_is_watched_until_the_replicas_queues_clear(target_factory, 
     t = target_factory("engine.max_num_seqs=1", "engine.itl_s=0.02", replicas=1)
     pod = t.ready_pods()[0].name
     scenario = Scenario("s", "scale_up", t.cfg, t, tmp_path / "run")
-    scenario.t_step = time.time()
+    scenario.disruption.t_step = time.time()
     done = []  # (when, response)
 
     def answer():
@@ -442,7 +442,7 @@ def test_a_load_step_is_watched_until_the_replicas_queues_clear(target_factory, 
     while t.pod_metrics(pod).get("vllm:num_requests_waiting") != 2:
         assert time.monotonic() < deadline, t.pod_metrics(pod)
         time.sleep(0.02)
-    scenario.wait_queues_clear()
+    scenario.recovery.wait_queues_clear()
     cleared = time.monotonic()
     assert t.pod_metrics(pod)["vllm:num_requests_waiting"] == 0
     # not before the second answer ran its 2 s after the first, nor after the third's end
@@ -470,9 +470,9 @@ def test_a_queue_that_outlasts_the_recovery_bound_is_left_to_the_judge(target_fa
     while t.pod_metrics(pod).get("vllm:num_requests_waiting") != 1:
         assert time.monotonic() < deadline, t.pod_metrics(pod)
         time.sleep(0.02)
-    scenario.t_step = time.time()
+    scenario.disruption.t_step = time.time()
     t0 = time.monotonic()
-    scenario.wait_queues_clear()  # the bound counts from the step
+    scenario.recovery.wait_queues_clear()  # the bound counts from the step
     assert 0.8 < time.monotonic() - t0 < 3.5
     assert t.pod_metrics(pod)["vllm:num_requests_waiting"] == 1
     assert not [
@@ -491,21 +491,23 @@ def test_the_pods_judged_as_the_candidate_are_the_ones_its_rollout_made(target_f
     scenario = Scenario("s", "rollout", t.cfg, t, tmp_path / "run")
     t.action("steady_state")
     before = t.ready_pods()
-    assert scenario.new_pods("v1", before) == []  # no rollout yet: nothing is new
+    assert scenario.versions.new_pods("v1", before) == []  # no rollout yet: nothing is new
     t.rollout("v2", max_surge="1", max_unavailable="0")
     t.wait_settled(2, 30)
     after = t.ready_pods()
-    assert sorted(p.name for p in scenario.new_pods("v2", after)) == sorted(p.name for p in after)
+    assert sorted(p.name for p in scenario.versions.new_pods("v2", after)) == sorted(
+        p.name for p in after
+    )
     assert not {p.name for p in before} & {p.name for p in after}
     with pytest.raises(Exception, match="the baseline's version"):
-        scenario.require_candidate("v1", {}, "canary.version")
-    scenario.require_candidate("v3")  # a new version: no error
+        scenario.versions.require_candidate("v1", {}, "canary.version")
+    scenario.versions.require_candidate("v3")  # a new version: no error
 
 
 def test_the_gateway_names_each_streams_pod_while_it_streams(target_factory, tmp_path):
     """rollcheck's nginx names the serving pod at a stream's first byte, so the load's
     live status says which pod holds which stream and, at the stream's own pace, when it
-    should end: a drain picks its victim by that (scenario.busiest_pod(past_prestop=True))."""
+    should end: a drain picks its victim by that (scenario.disruption.busiest_pod(past_prestop=True))."""
     from harness.config.load import LoadSettings, Share
     from harness.load import LoadRun
     from harness.streams import Thresholds

@@ -595,8 +595,8 @@ def test_every_link_between_the_pages_leads_to_a_page(tmp_path):
     """A reviewer moves index -> report -> back, index <-> history, history -> a night's
     page, each report and the last two nights compared: every href of every page leads to
     a file that is there, and a run that ended before its report (SKIPPED) is not linked."""
+    from harness.preconditions import write_unjudged
     from harness.report.compare import write_history
-    from harness.scenario import write_unjudged
 
     reports = tmp_path / "reports"
     nights = []
