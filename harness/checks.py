@@ -22,7 +22,7 @@ from harness.events import Event
 from harness.load_sizing import TARGET_CPU
 from harness.podspec import window_s
 from harness.streams import Outcome, StreamRecord
-from harness.timeline import replicas_writer
+from harness.timeline import pod_lives, replicas_writer
 from harness.verdict import (
     MAX_LISTED,
     OK_OUTCOMES,
@@ -1449,18 +1449,25 @@ def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) 
 def _measured_pod_times(d: RunData) -> tuple[float | None, float | None]:
     """Median start-to-ready of pods created after the act, and median drain of those
     terminated after it, from this run's own events."""
-    created, ready_s, terminating, drain_s = {}, [], {}, []
-    for e in d.events:
-        if d.t_act is None or e.t < d.t_act - 1:
-            continue
-        if e.kind == "pod_created" and e.t >= d.t_act - 1:
-            created[e.pod] = e.t
-        elif e.kind == "ready" and e.pod in created:
-            ready_s.append(e.t - created.pop(e.pod))
-        elif e.kind == "terminating":
-            terminating[e.pod] = e.t
-        elif e.kind == "pod_removed" and e.pod in terminating:
-            drain_s.append(e.t - terminating.pop(e.pod))
+    if d.t_act is None:
+        return None, None
+    since = d.t_act - 1  # (a second's slack: Kubernetes stamps creation to the second)
+    lives = pod_lives(d.events)
+    ready_s = [
+        life.ready_from(life.created) - life.created
+        for life in lives
+        if life.created is not None
+        and life.created >= since
+        and life.ready_from(life.created) is not None
+    ]
+    drain_s = [
+        life.removed - life.terminating
+        for life in lives
+        if life.terminating is not None
+        and life.terminating >= since
+        and life.removed is not None
+        and life.removed >= life.terminating
+    ]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return med(ready_s), med(drain_s)
 
@@ -1738,14 +1745,11 @@ def starts_without_restarts(
             return inconclusive(
                 name, expected="0 restarts", reason=f"no pod of version {version} was started"
             )
-        started = {}  # the container's start (local target) or the pod's creation (kube)
-        for e in d.events:
-            if e.pod in restarts and e.kind in ("container_started", "pod_created"):
-                started.setdefault(e.pod, e.t)
+        # from the container's start (local target) or the pod's creation (kube)
         took = [
-            e.t - started[e.pod]
-            for e in d.events
-            if e.kind == "ready" and e.pod in started and e.t >= started[e.pod]
+            life.startup_s
+            for life in pod_lives(d.events)
+            if life.pod in restarts and life.startup_s is not None
         ]
         observed_start = round(min(took), 2) if took else None
         population = f"{len(pods)} pods of version {version}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.events import Event
 from harness.gateway_logs import GatewayLine, join_records, record_ids
@@ -43,6 +43,70 @@ class Span:
     pod: str
     version: str | None
     node: str | None
+
+
+@dataclass
+class PodLife:
+    """One pod's life as the target's events show it (epoch seconds; None: not seen)."""
+
+    pod: str
+    version: str | None
+    node: str | None
+    first_seen: float  # its first event of any kind
+    created: float | None = None  # pod_created
+    started: float | None = None  # its container's first start (the local target says so)
+    readies: list[float] = field(default_factory=list)  # each ready, a restart's included
+    terminating: float | None = None  # the first terminating
+    removed: float | None = None  # pod_removed
+
+    @property
+    def ready(self) -> float | None:
+        """Its first ready."""
+        return self.readies[0] if self.readies else None
+
+    @property
+    def start(self) -> float | None:
+        """Its start: creation, or its container's start where that came first (the local
+        target's events), for a start-up's time."""
+        times = [t for t in (self.created, self.started) if t is not None]
+        return min(times) if times else None
+
+    def ready_from(self, t: float) -> float | None:
+        """Its first ready at or after t."""
+        return next((r for r in self.readies if r >= t), None)
+
+    @property
+    def startup_s(self) -> float | None:
+        """Its start to its first ready after it."""
+        start = self.start
+        ready = None if start is None else self.ready_from(start)
+        return None if ready is None else ready - start
+
+
+def pod_lives(events: Sequence[Event]) -> list[PodLife]:
+    """Each pod the events name, in the order first seen, with its life: the one reading
+    of pod lifecycles that the report's pod lanes, the checks (start-up, a rollout's
+    measured pod times), a canary's candidates and the scaler's new replicas share."""
+    lives: dict[str, PodLife] = {}
+    for e in events:
+        if not e.pod:
+            continue
+        life = lives.get(e.pod)
+        if life is None:
+            life = lives[e.pod] = PodLife(e.pod, e.version, e.node, e.t)
+        life.version = life.version or e.version
+        life.node = life.node or e.node
+        if e.kind == "pod_created" and life.created is None:
+            life.created = e.t
+        elif e.kind == "container_started" and life.started is None:
+            life.started = e.t
+        elif e.kind == "ready":
+            life.readies.append(e.t)
+        elif e.kind == "terminating" and life.terminating is None:
+            life.terminating = e.t
+        elif e.kind == "pod_removed" and life.removed is None:
+            life.removed = e.t
+    return list(lives.values())
 
 
 def address_spans(events: Sequence[Event]) -> dict[str, list[Span]]:
@@ -133,16 +197,14 @@ def pods_ready_of(events: Sequence[Event], version: str, since: float, until: fl
     """The pods of `version` that were ready at some time from `since` to `until` (a
     canary's candidates while its answers were compared): ready before `until`, and
     not removed before `since`."""
-    ready: dict[str, float] = {}
-    gone: dict[str, float] = {}
-    for ev in events:
-        if ev.version != version or ev.pod is None:
-            continue
-        if ev.kind == "ready" and ev.t <= until:
-            ready.setdefault(ev.pod, ev.t)
-        elif ev.kind == "pod_removed":
-            gone.setdefault(ev.pod, ev.t)
-    return sorted(p for p in ready if gone.get(p, float("inf")) >= since)
+    return sorted(
+        life.pod
+        for life in pod_lives(events)
+        if life.version == version
+        and life.ready is not None
+        and life.ready <= until
+        and (life.removed is None or life.removed >= since)
+    )
 
 
 def steady_state_time(events: Sequence[Event]) -> float | None:
@@ -346,11 +408,10 @@ def scaler_summary(
         None,
     )  # fmt: skip
     out["asked_after_step_s"] = None if asked is None else round(asked - step, 2)
-    created = {e.pod: e.t for e in events if e.kind == "pod_created" and e.t >= step - 1.0}
     ready = []
-    for e in events:
-        if e.kind == "ready" and e.pod in created and e.t >= step:
-            ready.append({"pod": e.pod, "ready_after_step_s": round(e.t - step, 2)})
-            del created[e.pod]
-    out["new_replicas"] = ready
+    for life in pod_lives(events):
+        at = life.ready_from(step)
+        if life.created is not None and life.created >= step - 1.0 and at is not None:
+            ready.append({"pod": life.pod, "ready_after_step_s": round(at - step, 2)})
+    out["new_replicas"] = sorted(ready, key=lambda r: r["ready_after_step_s"])
     return out

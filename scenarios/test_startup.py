@@ -13,6 +13,7 @@ import pytest
 
 from harness import checks
 from harness.engines.kinds import kind_of
+from harness.timeline import pod_lives
 
 
 @pytest.mark.startup
@@ -78,13 +79,8 @@ def wait_version_started(scenario, version: str, restarts: int) -> tuple[str, di
 def observed_startup_s(scenario, version: str) -> float | None:
     """The quickest start-up of a pod of the version: its creation (or container
     start) to ready, from the target's events."""
-    first: dict[str, float] = {}
-    took = []
-    for e in scenario.target.events():
-        if e.version != version or not e.pod:
-            continue
-        if e.kind in ("pod_created", "container_started"):
-            first.setdefault(e.pod, e.t)
-        elif e.kind == "ready" and e.pod in first:
-            took.append(e.t - first[e.pod])
+    lives = pod_lives(scenario.target.events())
+    took = [
+        life.startup_s for life in lives if life.version == version and life.startup_s is not None
+    ]
     return round(min(took), 2) if took else None

@@ -84,3 +84,33 @@ def test_the_local_autoscalers_decision_is_in_the_scalers_table():
         "the autoscaler (inflight) set replicas 1 -> 0",
     ]
     assert rows[1]["at_s"] == 16
+
+
+def test_one_reading_of_each_pods_life():
+    """pod_lives: what the report's pod lanes, the start-up check, a rollout's measured
+    pod times, a canary's candidates and the scaler's new replicas all read. A restarted
+    container's second ready is not its start-up; the local target's container start
+    counts from before the pod's creation event; a version first said on a later event
+    is the pod's."""
+    from harness.timeline import pod_lives, pods_ready_of
+
+    events = [
+        Event(T + 0, "container_started", "a", None, None, {}),
+        Event(T + 0.5, "pod_created", "a", "node-1", "v2", {"address": "10.0.0.1:80"}),
+        Event(T + 12, "ready", "a", None, "v2", {}),
+        Event(T + 20, "exited", "a", None, "v2", {}),
+        Event(T + 31, "ready", "a", None, "v2", {}),
+        Event(T + 40, "terminating", "a", None, "v2", {}),
+        Event(T + 45, "pod_removed", "a", None, "v2", {}),
+        Event(T + 41, "pod_created", "b", None, "v1", {}),
+    ]
+    a, b = pod_lives(events)
+    assert (a.pod, a.version, a.node) == ("a", "v2", "node-1")
+    assert a.start == T and a.ready == T + 12 and a.startup_s == 12
+    assert a.ready_from(T + 13) == T + 31
+    assert (a.terminating, a.removed) == (T + 40, T + 45)
+    assert b.ready is None and b.startup_s is None and b.created == T + 41
+    # ready before `until`, not removed before `since`
+    assert pods_ready_of(events, "v2", since=T + 44, until=T + 50) == ["a"]
+    assert pods_ready_of(events, "v2", since=T + 46, until=T + 50) == []
+    assert pods_ready_of(events, "v2", since=T, until=T + 11) == []

@@ -23,6 +23,7 @@ from harness.files import BadInput, read_json, write_atomic
 from harness.progress import clock
 from harness.streams import StreamRecord, read_jsonl
 from harness.streams.summary import count_flags, count_outcomes, latency_summary
+from harness.timeline import pod_lives
 from harness.verdict import overall as session_verdict
 from harness.weights import ms_text
 
@@ -787,32 +788,23 @@ def _common_prefix(names: list[str]) -> str:
 
 
 def _pod_spans(events: list[Event]) -> list[dict]:
-    pods: dict[str, dict] = {}
+    marks: dict[str, list[tuple[float, str]]] = {}
     for e in events:
-        if not e.pod:
-            continue
-        p = pods.setdefault(
-            e.pod,
-            {
-                "pod": e.pod,
-                "version": e.version,
-                "node": e.node,
-                "created": e.t,
-                "ready": None,
-                "terminating": None,
-                "removed": None,
-                "marks": [],
-            },
-        )
-        if e.kind == "ready" and p["ready"] is None:
-            p["ready"] = e.t
-        elif e.kind in ("terminating",) and p["terminating"] is None:
-            p["terminating"] = e.t
-        elif e.kind == "pod_removed":
-            p["removed"] = e.t
-        if e.kind in MARKED_EVENTS:
-            p["marks"].append((e.t, e.kind))
-    return list(pods.values())
+        if e.pod and e.kind in MARKED_EVENTS:
+            marks.setdefault(e.pod, []).append((e.t, e.kind))
+    return [
+        {
+            "pod": life.pod,
+            "version": life.version,
+            "node": life.node,
+            "created": life.first_seen,
+            "ready": life.ready,
+            "terminating": life.terminating,
+            "removed": life.removed,
+            "marks": marks.get(life.pod, []),
+        }
+        for life in pod_lives(events)
+    ]
 
 
 def _version_colors(spans: list[dict], records: list[StreamRecord]) -> dict[str, str]:
