@@ -14,35 +14,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from harness.files import write_atomic
-from harness.streams import StreamRecord
-
-
-@dataclass
-class GatewayLine:
-    request_id: str | None
-    status: int
-    upstream_addr: str | None  # the last upstream tried
-    upstream_status: str | None
-    body_bytes_sent: int
-    request_time_s: float
-    end_t: float  # epoch seconds
-    connection: int | None = None
-    errors: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)  # Envoy's response flags (UC, UR, DC, ...)
-    # every upstream tried, in order (nginx lists each retry); [] where the format says one
-    tried: list[str] = field(default_factory=list)
-
-    @property
-    def start_t(self) -> float:
-        return self.end_t - self.request_time_s
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from harness.streams import GatewayLine, StreamRecord
 
 
 @dataclass
@@ -381,7 +358,7 @@ def join_records(records: list[StreamRecord], access: list[GatewayLine]) -> int:
     for r in records:
         line = next((by_id[i] for i in record_ids(r) if i in by_id), None)
         if line is not None:
-            r.gateway = line.to_dict()
+            r.gateway = line
             matched += 1
     return matched
 

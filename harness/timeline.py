@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.events import Event
-from harness.gateway_logs import GatewayLine, join_records, record_ids
-from harness.streams import StreamRecord
+from harness.gateway_logs import join_records, record_ids
+from harness.streams import GatewayLine, StreamRecord
 
 # What a scenario does to the target; the first one is "the disruption".
 DISRUPTIVE_ACTIONS = {
@@ -179,7 +179,7 @@ def correlate(
     spans = address_spans(events)
     versions = {ev.pod: ev.version for ev in events if ev.kind == "pod_created" and ev.pod}
     for r in records:
-        addr = (r.gateway or {}).get("upstream_addr")
+        addr = r.gateway.upstream_addr if r.gateway is not None else None
         span, how = trace(spans, addr, r.sent_at)
         if span is not None:
             r.pod, r.version, r.traced_by = span.pod, span.version, how

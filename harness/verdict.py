@@ -128,7 +128,7 @@ class Phases:
 class RunData:
     records: list[StreamRecord]
     events: list  # harness.events.Event
-    access: list  # harness.gateway_logs.GatewayLine, this run's request ids only
+    access: list  # harness.streams.GatewayLine, this run's request ids only
     errors: list  # harness.gateway_logs.ErrorLine joined to this run's lines
     sent: int
     replicas: int

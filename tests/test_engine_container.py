@@ -8,9 +8,8 @@ import pytest
 
 from harness.cluster.kube.owners import owner_of
 from harness.events import Event
-from harness.gateway_logs import GatewayLine
 from harness.podspec import NoEngineContainer, engine_container
-from harness.streams import StreamRecord
+from harness.streams import GatewayLine, StreamRecord
 from harness.timeline import TRACED_BY_ADDRESS, TRACED_BY_IP, correlate, host_of
 from harness.verdict import RunData, attribution
 

@@ -119,6 +119,25 @@ def test_a_record_with_an_outcome_rollcheck_never_writes_is_one_clear_error(tmp_
     )
 
 
+def test_a_records_gateway_line_is_read_back_as_one(tmp_path):
+    """The gateway line joined to a record is written with it and read back as the same
+    GatewayLine (what traces the stream to its pod); a hand-edited one of the wrong type
+    is one clear error naming the field, not a report that reads a text as a status."""
+    from harness.files import BadInput
+    from harness.streams import GatewayLine, read_jsonl, write_jsonl
+
+    r = judge_bytes(200, "text/event-stream", [(0.1, ROLE + STOP + DONE)], End.EOF, 0.2)
+    r.gateway = GatewayLine("r1", 200, "10.0.0.7:8000", "200", 10, 0.2, 1000.0, tried=["a"])
+    path = tmp_path / "records.jsonl"
+    write_jsonl([r], path)
+    (back,) = read_jsonl(path)
+    assert back.gateway == r.gateway and back.gateway.upstream_addr == "10.0.0.7:8000"
+    path.write_text(path.read_text().replace('"status":200,"upstream', '"status":"200","upstream'))
+    with pytest.raises(BadInput) as err:
+        list(read_jsonl(path))
+    assert "not a stream record (field gateway: status is str '200')" in str(err.value)
+
+
 def test_parser_keeps_crlf_split_across_packets():
     p = SSEParser()
     events = p.feed(b"data: a\r", 0.1) + p.feed(b"\n\r", 0.2) + p.feed(b"\ndata: b\n\n", 0.3)

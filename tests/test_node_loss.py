@@ -14,8 +14,8 @@ from harness.cluster.kubelocal.power import power_rules
 from harness.cluster.target import TargetError
 from harness.config import ConfigError
 from harness.config.schema import load_config
-from harness.gateway_logs import GatewayLine, parse_json_line
-from harness.streams import Outcome
+from harness.gateway_logs import parse_json_line
+from harness.streams import GatewayLine, Outcome
 from tests.test_verdict import T, data, ev, rec, status
 
 LOST = "10.244.1.7:8000"

@@ -17,7 +17,7 @@ import pytest
 from harness.events import Event
 from harness.report.html import write_index, write_report
 from harness.report.summary import redact
-from harness.streams import StreamRecord, write_jsonl
+from harness.streams import GatewayLine, StreamRecord, write_jsonl
 from harness.streams.summary import count_outcomes
 
 T0 = 1_800_000_000.0
@@ -45,7 +45,7 @@ def make_run(folder: Path, n: int, broken: int, verdict: str) -> Path:
                 tokens=rng.randint(1, 50),
                 pod="sim-v1-1" if aborted else f"sim-v1-{1 + i % 3}",
                 version="v1",
-                gateway={"status": 200, "errors": []},
+                gateway=GatewayLine(f"req-{i:05d}", 200, "a1", "200", 100, dur, start + dur),
             )
         )
     events = [
@@ -567,7 +567,9 @@ def test_markup_in_every_field_stays_text_in_chromium(tmp_path):
         ):
             r[key] = str(r.get(key)) + MARKUP
         r["tags"] = {MARKUP: MARKUP}
-        r["gateway"] = {"status": MARKUP, "errors": [MARKUP]}
+        # text in each of its text fields (a status is a number: not one to plant)
+        r["gateway"] |= {k: MARKUP for k in ("request_id", "upstream_addr", "upstream_status")}
+        r["gateway"] |= {"errors": [MARKUP], "flags": [MARKUP], "tried": [MARKUP]}
     (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
     for e in events:

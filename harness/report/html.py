@@ -1206,15 +1206,14 @@ def _broken_table(
         return "<p>Every stream completed.</p>"
     rows = []
     for r in sorted(broken, key=lambda r: r.sent_at):
-        gw = r.gateway or {}
         ev = breaking_event(r, events, victims)  # the kube target estimates SIGTERM
         cause = describe_break(r, ev, t0) if ev is not None else ""
-        err = "; ".join(gw.get("errors") or []) or (r.error or "")
+        err = "; ".join(r.gateway.errors if r.gateway else []) or (r.error or "")
         rows.append(
             f"<tr><td><code>{_e(r.request_id)}</code></td><td>{_e(r.pod)}</td><td>{_e(r.version)}</td>"
             f"<td class=num>{r.sent_at - t0:+.2f}</td><td class=num>{r.ended_at - t0:+.2f}</td>"
             f"<td style='color:{COLORS.get(r.outcome, '#000')}'>{_e(r.outcome)}</td>"
-            f"<td class=num>{r.tokens}</td><td>{_e(gw.get('status'))}</td><td>{_e(cause)}</td>"
+            f"<td class=num>{r.tokens}</td><td>{_e(r.gateway.status if r.gateway else None)}</td><td>{_e(cause)}</td>"
             f"<td>{_e(err[:160])}</td></tr>"
         )
     return (

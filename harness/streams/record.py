@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.files import MAX_LOG_BYTES, BadInput, atomic, read_lines
+from harness.streams.gateway_line import GatewayLine
 
 
 class Outcome(enum.StrEnum):
@@ -93,7 +94,7 @@ class StreamRecord:
     # filled by correlation with the gateway and the cluster
     pod: str | None = None
     version: str | None = None
-    gateway: dict | None = None
+    gateway: GatewayLine | None = None  # its line in the gateway's access log
     traced_by: str | None = None  # how the pod was told (harness.timeline.TRACED_BY_*)
     # a Content-Encoding the server used though identity was asked for (gzip, deflate),
     # decoded before judging; an encoding rollcheck cannot decode is not_sse, named
@@ -141,6 +142,11 @@ class StreamRecord:
                 f"field outcome is {kwargs['outcome'][:40]!r}, not one of {', '.join(Outcome)}"
             )
         kwargs["outcome"] = Outcome(kwargs["outcome"])
+        if kwargs.get("gateway") is not None:
+            try:
+                kwargs["gateway"] = GatewayLine.from_dict(kwargs["gateway"])
+            except ValueError as exc:
+                raise ValueError(f"field gateway: {exc}") from None
         return cls(**kwargs)
 
 
