@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from harness.client_delay import PERIOD_S
-from harness.events import Event
+from harness.events import Event, EventKind
 from harness.load_sizing import TARGET_CPU
 from harness.podspec import window_s
 from harness.streams import Outcome, StreamRecord
@@ -245,7 +245,7 @@ def no_hung_streams(d: RunData) -> CheckResult:
     """No stream hung; except, after a node's loss, those it cut: a node that lost power
     sends no RST, so its streams can only hang until the client gives up (judged by
     lost_node_routing and the budgets, not here)."""
-    lost = any(e.kind == "node_lost" for e in d.events)
+    lost = any(e.kind == EventKind.NODE_LOST for e in d.events)
     bad = [r for r in d.records if r.outcome == Outcome.HUNG and not (lost and d.struck(r))]
     return judged(
         "no_hung_streams",
@@ -268,7 +268,7 @@ _DEAD_POD_HINT = (
 
 def _cut_by(d: RunData) -> str:
     """What cut the victims' streams, as the accounts name it: a kill, or a node's loss."""
-    return "the node's loss" if any(e.kind == "node_lost" for e in d.events) else "the kill"
+    return "the node's loss" if any(e.kind == EventKind.NODE_LOST for e in d.events) else "the kill"
 
 
 def gateway_clean(d: RunData) -> CheckResult:
@@ -496,7 +496,7 @@ def _window(phase: str, over: list[StreamRecord], d: RunData) -> str:
 
 
 def _slo_hint(kind: str, d: RunData) -> str:
-    acts = {e.detail.get("action") for e in d.events if e.kind == "action"}
+    acts = {e.detail.get("action") for e in d.events if e.kind == EventKind.ACTION}
     if kind == "itl":
         return (
             "gaps between tokens over the SLO: decode batches too large for the replicas left "
@@ -609,7 +609,8 @@ def in_flight_streams_finish(d: RunData) -> CheckResult:
     victims = ", ".join(d.victims)
     metric = sum(d.victim_in_flight.get(v, 0) for v in d.victims)
     estimated = any(
-        e.kind == "sigterm" and e.pod in d.victims and e.detail.get("estimated") for e in d.events
+        e.kind == EventKind.SIGTERM and e.pod in d.victims and e.detail.get("estimated")
+        for e in d.events
     )
     at = "SIGTERM (estimated from preStop)" if estimated else "SIGTERM"
     if traced:
@@ -794,13 +795,17 @@ def oom_killed_once(d: RunData) -> CheckResult:
     if not d.victims or d.t_act is None:
         return inconclusive(name, expected=expected, reason="no request was sent to exhaust memory")
     since = d.t_start if d.t_start is not None else d.t_act  # the load's, before the act too
-    exits = [e for e in d.events if e.kind == "exited" and e.t >= since]
+    exits = [e for e in d.events if e.kind == EventKind.EXITED and e.t >= since]
     ooms = [e for e in exits if e.detail.get("reason") == "OOMKilled"]
     first = next((e for e in ooms if e.pod in d.victims and e.t >= d.t_act), None)
     if first is None:
         other = next((e for e in exits if e.pod in d.victims), None)
         answer = next(
-            (e for e in d.events if e.kind == "action" and e.detail.get("action") == "oom_answer"),
+            (
+                e
+                for e in d.events
+                if e.kind == EventKind.ACTION and e.detail.get("action") == "oom_answer"
+            ),
             None,
         )
         status = answer.detail.get("status") if answer is not None else None
@@ -836,7 +841,7 @@ def oom_killed_once(d: RunData) -> CheckResult:
         retries = sum(1 for a in _acts(d, "oom_request") if a.detail.get("retry"))
         back_offs = [
             e.detail["delay_s"] for e in d.events
-            if e.kind == "back_off" and e.pod == first.pod and e.t >= d.t_act
+            if e.kind == EventKind.BACK_OFF and e.pod == first.pod and e.t >= d.t_act
             and isinstance(e.detail.get("delay_s"), int | float)
         ]  # fmt: skip
         waits = f", back-off {', '.join(f'{b:g} s' for b in back_offs)}" if back_offs else ""
@@ -876,7 +881,7 @@ def oom_killed_once(d: RunData) -> CheckResult:
 
 
 def _acts(d: RunData, action: str) -> list[Event]:
-    return [e for e in d.events if e.kind == "action" and e.detail.get("action") == action]
+    return [e for e in d.events if e.kind == EventKind.ACTION and e.detail.get("action") == action]
 
 
 def _retried_kills(d: RunData, pod: str, ooms: list[Event]) -> list[Event]:
@@ -927,7 +932,11 @@ def lost_node_routing(d: RunData) -> CheckResult:
     name = "lost_node_routing"
     expected = f"none later than +{d.lost_node_routing_s:g} s after the loss"
     act = next(
-        (e for e in d.events if e.kind == "action" and e.detail.get("action") == "node_loss"),
+        (
+            e
+            for e in d.events
+            if e.kind == EventKind.ACTION and e.detail.get("action") == "node_loss"
+        ),
         None,
     )
     if act is None or d.t_act is None:
@@ -936,7 +945,7 @@ def lost_node_routing(d: RunData) -> CheckResult:
     lost = set(act.detail.get("pods") or [])
     addresses = {
         e.detail["address"] for e in d.events
-        if e.kind == "pod_created" and e.pod in lost and e.detail.get("address")
+        if e.kind == EventKind.POD_CREATED and e.pod in lost and e.detail.get("address")
     }  # fmt: skip
     if d.gateway_logs is None or not d.access:
         return inconclusive(
@@ -952,7 +961,7 @@ def lost_node_routing(d: RunData) -> CheckResult:
         if ln.start_t >= act.t and set(ln.tried or [ln.upstream_addr]) & addresses
     ]  # fmt: skip
     removed = [
-        e.t - act.t for e in d.events if e.kind == "endpoint_removed" and e.pod in lost and e.t >= act.t
+        e.t - act.t for e in d.events if e.kind == EventKind.ENDPOINT_REMOVED and e.pod in lost and e.t >= act.t
     ]  # fmt: skip
     gone = f"; its endpoints removed at +{max(removed):.1f} s" if removed else ""
     population = f"{sum(1 for ln in d.access if ln.start_t >= act.t)} gateway lines after the loss"
@@ -986,7 +995,7 @@ def lost_node_routing(d: RunData) -> CheckResult:
 def _capacity_lost(d: RunData, since: float) -> str:
     """How the ready replicas fell below the count before `since` and for how long, from
     the target's capacity events ("" when they never fell)."""
-    caps = [e for e in d.events if e.kind == "capacity"]
+    caps = [e for e in d.events if e.kind == EventKind.CAPACITY]
     before = [e for e in caps if e.t < since]
     full = before[-1].detail.get("ready") if before else None
     if full is None:
@@ -1018,12 +1027,15 @@ def preemption_respects_pdb(d: RunData) -> CheckResult:
     Also says what capacity the preemption took and for how long."""
     name, expected = "preemption_respects_pdb", "no more pods preempted than the PDB allowed"
     act = next(
-        (e for e in d.events if e.kind == "action" and e.detail.get("action") == "preempt"), None
+        (e for e in d.events if e.kind == EventKind.ACTION and e.detail.get("action") == "preempt"),
+        None,
     )
     if act is None:
         return inconclusive(name, expected=expected, reason="no preemption was made")
     population = "the engine's pods at the act"
-    victims = sorted({e.pod for e in d.events if e.kind == "preempted" and e.t >= act.t - 1.0})
+    victims = sorted(
+        {e.pod for e in d.events if e.kind == EventKind.PREEMPTED and e.t >= act.t - 1.0}
+    )
     if not victims:
         return inconclusive(
             name, expected=expected, reason="the target showed no pod preempted by the scheduler"
@@ -1105,7 +1117,7 @@ def capacity_floor_for(max_unavailable: int) -> Callable[[RunData], CheckResult]
         caps = [
             e.detail
             for e in d.events
-            if e.kind == "capacity"
+            if e.kind == EventKind.CAPACITY
             and d.t_act is not None
             and e.t >= d.t_act
             and (d.t_recovered is None or e.t <= d.t_recovered)
@@ -1142,7 +1154,7 @@ def recovery_time(d: RunData) -> CheckResult:
         why = [
             e.detail["why"]
             for e in d.events
-            if e.kind == "action" and e.detail.get("action") == "not_recovered"
+            if e.kind == EventKind.ACTION and e.detail.get("action") == "not_recovered"
         ]
         return failed(
             "recovery_time",
@@ -1153,7 +1165,7 @@ def recovery_time(d: RunData) -> CheckResult:
         )
     took = round(d.t_recovered - d.t_act, 2)
     population = "the target's replicas"
-    acts = {e.detail.get("action"): e for e in d.events if e.kind == "action"}
+    acts = {e.detail.get("action"): e for e in d.events if e.kind == EventKind.ACTION}
     if "preemptor_gone" in acts:  # preemption: capacity comes back once the preemptor leaves
         gone = acts["preemptor_gone"]
         took = round(d.t_recovered - gone.t, 2)
@@ -1234,7 +1246,7 @@ def _removed_at(d: RunData) -> float | None:
         (
             e.t
             for e in d.events
-            if e.kind == "terminating"
+            if e.kind == EventKind.TERMINATING
             and d.t_act is not None
             and e.t >= d.t_act - 1.0
             and (e.pod in d.victims or not d.victims)
@@ -1283,7 +1295,7 @@ def long_answer_survives_scale_down(d: RunData) -> CheckResult:
 
 def scaled_to_zero(d: RunData) -> CheckResult:
     """The replica was scaled to zero: the scenario's premise, from observed pod counts."""
-    caps = [e for e in d.events if e.kind == "capacity" and d.t_act and e.t >= d.t_act]
+    caps = [e for e in d.events if e.kind == EventKind.CAPACITY and d.t_act and e.t >= d.t_act]
     zero = next((e for e in caps if e.detail.get("pods") == 0), None)
     if zero is not None:
         return passed(
@@ -1360,8 +1372,10 @@ def scaler_did_not_fight(d: RunData) -> CheckResult:
     what ran is not what was planned, so the run proves nothing either way (its broken
     streams are still judged by the other checks)."""
     name, expected = "scaler_did_not_fight", "no scaler changes the count the harness holds"
-    fights = [e for e in d.events if e.kind == "scaler_fought"]
-    scalers = next((e.detail.get("names") for e in d.events if e.kind == "workload_scalers"), [])
+    fights = [e for e in d.events if e.kind == EventKind.SCALER_FOUGHT]
+    scalers = next(
+        (e.detail.get("names") for e in d.events if e.kind == EventKind.WORKLOAD_SCALERS), []
+    )
     if not fights:
         return passed(
             name,
@@ -1395,7 +1409,7 @@ def rollout_duration_for(max_surge: int, max_unavailable: int, gpu_bound: bool) 
     def rollout_duration(d: RunData) -> CheckResult:
         from harness.plan import plan_rollout
 
-        done = next((e.t for e in d.events if e.kind == "rollout_complete"), None)
+        done = next((e.t for e in d.events if e.kind == EventKind.ROLLOUT_COMPLETE), None)
         if d.t_act is None:
             return inconclusive(
                 "rollout_duration", expected="finished", reason="no rollout was started"
@@ -1686,7 +1700,7 @@ def health_during_drain(events) -> dict[str, int]:
     """What the draining pod's /health answered (vLLM keeps 200 while draining)."""
     counts: dict[str, int] = {}
     for e in events:
-        if e.kind == "action" and e.detail.get("action") == "health_probe":
+        if e.kind == EventKind.ACTION and e.detail.get("action") == "health_probe":
             key = str(e.detail.get("status"))
             counts[key] = counts.get(key, 0) + 1
     return counts
@@ -1712,7 +1726,7 @@ def shared_checks(
         engine_counts_agree,
         client_kept_up,
     ]
-    if any(e.kind in ("workload_scalers", "scaler_fought") for e in d.events):
+    if any(e.kind in (EventKind.WORKLOAD_SCALERS, EventKind.SCALER_FOUGHT) for e in d.events):
         out.append(scaler_did_not_fight)  # a writer rollcheck did not know of fights too
     if hold_slo:
         out += [
@@ -1771,7 +1785,9 @@ def starts_without_restarts(
             observed = f"0 restarts; start-up {observed_start:g} s{within}"
             return passed(name, observed=observed, expected="0 restarts", population=population)
         killers = Counter(
-            e.detail.get("probe") for e in d.events if e.kind == "probe_failed" and e.pod in bad
+            e.detail.get("probe")
+            for e in d.events
+            if e.kind == EventKind.PROBE_FAILED and e.pod in bad
         )
         by = ", ".join(f"{probe} probe {n}x" for probe, n in killers.most_common()) or "exits"
         observed = ", ".join(f"{p} restarted {n}x" for p, n in sorted(bad.items())) + f" ({by})"
@@ -1940,7 +1956,7 @@ def adapter_unload_clean(d: RunData) -> CheckResult:
     name = "adapter_unload_clean"
     unloads = [
         e for e in d.events
-        if e.kind == "action" and e.detail.get("action") == "adapter_unload"
+        if e.kind == EventKind.ACTION and e.detail.get("action") == "adapter_unload"
     ]  # fmt: skip
     expected = "no request names the old version after its unload; its streams finish"
     if not unloads:

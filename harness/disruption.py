@@ -12,7 +12,7 @@ from collections.abc import Callable
 from harness import checks as C
 from harness import verdict as V
 from harness.cluster.target import EvictionRefused, TargetError
-from harness.events import Event
+from harness.events import Event, EventKind
 from harness.stage import Stage
 
 # a drain's victim holds a stream expected to outlast its preStop by this factor and 0.5 s
@@ -121,7 +121,7 @@ class Disruption:
                 if e.kind in V.DEAD_EVIDENCE:
                     return e
                 if (
-                    e.kind == "action"
+                    e.kind == EventKind.ACTION
                     and e.detail.get("action") == "oom_answer"
                     and e.detail.get("retry") == retry
                     and C.answered_not_killed(e.detail)
@@ -130,7 +130,7 @@ class Disruption:
             return None
 
         seen = self.wait_for(ended, self.cfg.scenario.recovery_s, f"retry {retry}'s end")
-        if seen is None or seen.kind == "action":
+        if seen is None or seen.kind == EventKind.ACTION:
             return None
         self.target.action("retry_seen", pod=pod, evidence=seen.kind, t=seen.t, retry=retry)
         return seen
@@ -198,7 +198,9 @@ class Disruption:
             act()
         except EvictionRefused as exc:
             steady = self.stage.steady_at()
-            evicted = [e.pod for e in self.target.events() if e.kind == "evicted" and e.t >= steady]
+            evicted = [
+                e.pod for e in self.target.events() if e.kind == EventKind.EVICTED and e.t >= steady
+            ]
             how = (
                 f"the disruption was cut short after evicting {', '.join(evicted)}"
                 if evicted

@@ -34,7 +34,7 @@ from harness.cluster.target import (
     canary_rollout,
     strategy_changes,
 )
-from harness.events import Event
+from harness.events import Event, EventKind
 from harness.files import write_atomic
 from harness.scenario import DryRun
 from harness.waits import T
@@ -318,7 +318,7 @@ class DryRunLoad:
             | ({"node": e.node} if e.node else {})
             | {k: v for k, v in e.detail.items() if k != "action"}
             for e in self.target.events()
-            if e.kind == "action"
+            if e.kind == EventKind.ACTION
         ]
         path = self.run_dir / "plan.json"
         write_atomic(path, json.dumps(planned, indent=2, default=str))

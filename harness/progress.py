@@ -24,24 +24,28 @@ import time
 from collections.abc import Callable
 
 from harness import waits
+from harness.events import EventKind
 
 log = logging.getLogger("rollcheck")
 
 FOLLOW_S = 0.5  # how often the target's events are read for phase lines
 TTY_STATUS_S = 1.0  # how often the terminal's status line is drawn
 REPEAT_S = 10.0  # the same event of the same pod again within this: not a new line
-CLOSING = {"restored", "uncordoned"}  # news while the target stops (the rest is its teardown)
+CLOSING = {
+    EventKind.RESTORED,
+    EventKind.UNCORDONED,
+}  # news while the target stops (the rest is its teardown)
 # events after which a pod no longer serves (for the count of ready pods)
 GONE = {
-    "unready",
-    "terminating",
-    "prestop_started",
-    "sigterm",
-    "sigkill",
-    "exited",
-    "pod_removed",
-    "deleted",
-    "evicted",
+    EventKind.UNREADY,
+    EventKind.TERMINATING,
+    EventKind.PRESTOP_STARTED,
+    EventKind.SIGTERM,
+    EventKind.SIGKILL,
+    EventKind.EXITED,
+    EventKind.POD_REMOVED,
+    EventKind.DELETED,
+    EventKind.EVICTED,
 }
 
 
@@ -170,56 +174,62 @@ def _hpa_line(e) -> str:
     return f"HPA {d.get('hpa')} wants {d.get('desired')} replicas (has {d.get('current')}{limited})"
 
 
-EVENT_LINES: dict[str, Callable] = {
-    "action": _action,
-    "sigterm": lambda e: f"SIGTERM to {_pod(e)}",
-    "sigkill": lambda e: f"SIGKILL to {_pod(e)}",
-    "exited": lambda e: (
+EVENT_LINES: dict[EventKind, Callable] = {
+    EventKind.ACTION: _action,
+    EventKind.SIGTERM: lambda e: f"SIGTERM to {_pod(e)}",
+    EventKind.SIGKILL: lambda e: f"SIGKILL to {_pod(e)}",
+    EventKind.EXITED: lambda e: (
         f"the engine of {_pod(e)} exited"
         + (f" ({e.detail['reason']})" if e.detail.get("reason") else "")
     ),
-    "back_off": lambda e: (
+    EventKind.BACK_OFF: lambda e: (
         f"{_pod(e)} waits {e.detail.get('delay_s', '?'):g} s before its restart (CrashLoopBackOff)"
         if isinstance(e.detail.get("delay_s"), int | float)
         else f"{_pod(e)} waits before its restart (CrashLoopBackOff)"
     ),
-    "taint_eviction": lambda e: (
+    EventKind.TAINT_EVICTION: lambda e: (
         f"{_pod(e)} evicted: its toleration of {e.detail.get('taint')} ran out"
     ),
-    "preempted": lambda e: f"the scheduler preempted {_pod(e)} for a pod of higher priority",
-    "node_not_ready": lambda e: (
+    EventKind.PREEMPTED: lambda e: (
+        f"the scheduler preempted {_pod(e)} for a pod of higher priority"
+    ),
+    EventKind.NODE_NOT_READY: lambda e: (
         f"node {e.node} {e.detail.get('status')}: {e.detail.get('reason') or 'no reason given'}"
     ),
-    "node_ready": lambda e: f"node {e.node} Ready",
-    "node_taints": lambda e: (
+    EventKind.NODE_READY: lambda e: f"node {e.node} Ready",
+    EventKind.NODE_TAINTS: lambda e: (
         f"node {e.node} tainted: {', '.join(e.detail.get('taints') or []) or 'none'}"
     ),
-    "prestop_started": lambda e: f"preStop started on {_pod(e)}",
-    "endpoint_removed": lambda e: f"endpoint of {_pod(e)} removed from the gateway",
-    "eviction_refused": lambda e: f"the PodDisruptionBudget refused evicting {_pod(e)}; retrying",
-    "evicted": lambda e: f"evicted {_pod(e)}",
-    "cordoned": lambda e: f"cordoned node {e.node}",
-    "uncordoned": lambda e: f"uncordoned node {e.node}",
-    "pod_created": lambda e: f"pod {_pod(e)} created ({e.version})",
-    "probe_failed": lambda e: f"a probe failed on {_pod(e)} ({e.detail.get('probe', '')})",
-    "rollout_complete": lambda e: "the rollout completed",
-    "replicas_changed": _replicas_line,
-    "scaler_fought": _fought_line,
-    "scaler_status": _hpa_line,
-    "autoscaler_handed_back": lambda e: "the replica count handed back to the workload's scaler",
-    "scaler_held": lambda e: (
+    EventKind.PRESTOP_STARTED: lambda e: f"preStop started on {_pod(e)}",
+    EventKind.ENDPOINT_REMOVED: lambda e: f"endpoint of {_pod(e)} removed from the gateway",
+    EventKind.EVICTION_REFUSED: lambda e: (
+        f"the PodDisruptionBudget refused evicting {_pod(e)}; retrying"
+    ),
+    EventKind.EVICTED: lambda e: f"evicted {_pod(e)}",
+    EventKind.CORDONED: lambda e: f"cordoned node {e.node}",
+    EventKind.UNCORDONED: lambda e: f"uncordoned node {e.node}",
+    EventKind.POD_CREATED: lambda e: f"pod {_pod(e)} created ({e.version})",
+    EventKind.PROBE_FAILED: lambda e: f"a probe failed on {_pod(e)} ({e.detail.get('probe', '')})",
+    EventKind.ROLLOUT_COMPLETE: lambda e: "the rollout completed",
+    EventKind.REPLICAS_CHANGED: _replicas_line,
+    EventKind.SCALER_FOUGHT: _fought_line,
+    EventKind.SCALER_STATUS: _hpa_line,
+    EventKind.AUTOSCALER_HANDED_BACK: lambda e: (
+        "the replica count handed back to the workload's scaler"
+    ),
+    EventKind.SCALER_HELD: lambda e: (
         f"HPA {e.detail.get('hpa')} held at {e.detail.get('replicas')} (selectPolicy Disabled, "
         f"min {e.detail.get('minReplicas')}, max {e.detail.get('maxReplicas')})"
     ),
-    "engine_container": lambda e: (
+    EventKind.ENGINE_CONTAINER: lambda e: (
         f"the engine is container {e.detail.get('container')} (port {e.detail.get('port')}): "
         f"{e.detail.get('why')}"
     ),
-    "owned": lambda e: f"WARNING: managed by {e.detail.get('owner')}; acting anyway",
-    "canary_held": lambda e: (
+    EventKind.OWNED: lambda e: f"WARNING: managed by {e.detail.get('owner')}; acting anyway",
+    EventKind.CANARY_HELD: lambda e: (
         f"the rollout is held at one candidate pod of {e.version or e.detail.get('version')}"
     ),
-    "restored": lambda e: "restored what the scenario changed",
+    EventKind.RESTORED: lambda e: "restored what the scenario changed",
 }
 
 
@@ -291,7 +301,7 @@ class Progress:
                     continue
                 describe = EVENT_LINES.get(e.kind)
                 text = describe(e) if describe else None
-                if e.pod and e.kind == "ready":
+                if e.pod and e.kind == EventKind.READY:
                     if e.pod in self._ready:
                         continue
                     self._ready.add(e.pod)
@@ -303,7 +313,7 @@ class Progress:
                     continue
                 key = (e.kind, e.pod, e.detail.get("action"))
                 if (
-                    e.kind not in ("action", "ready")
+                    e.kind not in (EventKind.ACTION, EventKind.READY)
                     and e.t - self._last.get(key, -1e18) < REPEAT_S
                 ):
                     continue  # the same again (a PDB's refusal retried, a watch's repeat)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.events import Event
+from harness.events import Event, EventKind
 from harness.gateway_logs import join_records, record_ids
 from harness.streams import GatewayLine, StreamRecord
 
@@ -32,8 +32,16 @@ DISRUPTIVE_ACTIONS = {
     "load_step",
 }
 # Events that can break a stream on the pod they happen to.
-BREAKING = ("endpoint_removed", "prestop_started", "sigterm", "signal", "sigkill", "exited")
-SIGNALS = ("sigterm", "signal", "sigkill", "exited")  # what ends an engine's streams itself
+BREAKING = (
+    EventKind.ENDPOINT_REMOVED,
+    EventKind.PRESTOP_STARTED,
+    EventKind.SIGTERM,
+    EventKind.SIGNAL,
+    EventKind.SIGKILL,
+    EventKind.EXITED,
+)
+# what ends an engine's streams itself
+SIGNALS = (EventKind.SIGTERM, EventKind.SIGNAL, EventKind.SIGKILL, EventKind.EXITED)
 
 
 @dataclass(frozen=True)
@@ -96,15 +104,15 @@ def pod_lives(events: Sequence[Event]) -> list[PodLife]:
             life = lives[e.pod] = PodLife(e.pod, e.version, e.node, e.t)
         life.version = life.version or e.version
         life.node = life.node or e.node
-        if e.kind == "pod_created" and life.created is None:
+        if e.kind == EventKind.POD_CREATED and life.created is None:
             life.created = e.t
-        elif e.kind == "container_started" and life.started is None:
+        elif e.kind == EventKind.CONTAINER_STARTED and life.started is None:
             life.started = e.t
-        elif e.kind == "ready":
+        elif e.kind == EventKind.READY:
             life.readies.append(e.t)
-        elif e.kind == "terminating" and life.terminating is None:
+        elif e.kind == EventKind.TERMINATING and life.terminating is None:
             life.terminating = e.t
-        elif e.kind == "pod_removed" and life.removed is None:
+        elif e.kind == EventKind.POD_REMOVED and life.removed is None:
             life.removed = e.t
     return list(lives.values())
 
@@ -114,9 +122,9 @@ def address_spans(events: Sequence[Event]) -> dict[str, list[Span]]:
     open_spans: dict[str, tuple[str, float, str | None, str | None]] = {}
     spans: dict[str, list[Span]] = {}
     for ev in events:
-        if ev.kind == "pod_created" and ev.detail.get("address"):
+        if ev.kind == EventKind.POD_CREATED and ev.detail.get("address"):
             open_spans[ev.pod] = (ev.detail["address"], ev.t, ev.version, ev.node)
-        elif ev.kind == "pod_removed" and ev.pod in open_spans:
+        elif ev.kind == EventKind.POD_REMOVED and ev.pod in open_spans:
             addr, t0, version, node = open_spans.pop(ev.pod)
             spans.setdefault(addr, []).append(Span(t0, ev.t, ev.pod, version, node))
     for pod, (addr, t0, version, node) in open_spans.items():
@@ -177,7 +185,7 @@ def correlate(
     gateway's lines do not."""
     matched = join_records(list(records), list(access))
     spans = address_spans(events)
-    versions = {ev.pod: ev.version for ev in events if ev.kind == "pod_created" and ev.pod}
+    versions = {ev.pod: ev.version for ev in events if ev.kind == EventKind.POD_CREATED and ev.pod}
     for r in records:
         addr = r.gateway.upstream_addr if r.gateway is not None else None
         span, how = trace(spans, addr, r.sent_at)
@@ -213,7 +221,7 @@ def steady_state_time(events: Sequence[Event]) -> float | None:
         (
             ev.t
             for ev in events
-            if ev.kind == "action" and ev.detail.get("action") == "steady_state"
+            if ev.kind == EventKind.ACTION and ev.detail.get("action") == "steady_state"
         ),
         None,
     )
@@ -225,7 +233,7 @@ def disruption_time(events: Sequence[Event]) -> float | None:
     steady = steady_state_time(events)
     for ev in events:
         if (
-            ev.kind == "action"
+            ev.kind == EventKind.ACTION
             and ev.detail.get("action") in DISRUPTIVE_ACTIONS
             and (steady is None or ev.t >= steady)
         ):
@@ -259,7 +267,7 @@ def breaking_event(
         for ev in events:
             if ev.pod != record.pod or ev.t > end:
                 continue
-            if ev.kind == "ready" and ev.t < record.sent_at:
+            if ev.kind == EventKind.READY and ev.t < record.sent_at:
                 found = None  # a restarted container: what broke it before is history
             elif ev.kind in BREAKING:
                 if found is not None and found.kind in SIGNALS and ev.kind not in SIGNALS:
@@ -304,9 +312,9 @@ def replicas_writer(change: Event, events: Sequence[Event], within_s: float = 5.
     )
     for x in near:
         msg = x.detail.get("message") or ""
-        if x.kind == "scaler_status" and x.detail.get("desired") == to:
+        if x.kind == EventKind.SCALER_STATUS and x.detail.get("desired") == to:
             return f"HorizontalPodAutoscaler/{x.detail.get('hpa')}"
-        if x.kind != "k8s_event":
+        if x.kind != EventKind.K8S_EVENT:
             continue
         if x.detail.get("object") == "HorizontalPodAutoscaler" and f"New size: {to};" in msg:
             return f"HorizontalPodAutoscaler/{x.detail.get('name') or '?'}"
@@ -322,11 +330,11 @@ def count_decisions(events: Sequence[Event]) -> list[tuple[Event, str]]:
     out = []
     for e in events:
         d = e.detail
-        if e.kind == "scale" and str(d.get("by", "")).startswith("autoscaler"):
+        if e.kind == EventKind.SCALE and str(d.get("by", "")).startswith("autoscaler"):
             out.append(
                 (e, f"{d['by']}: replicas {d.get('replicas_from')} -> {d.get('replicas_to')}")
             )
-        elif e.kind in ("replicas_changed", "scaler_fought"):
+        elif e.kind in (EventKind.REPLICAS_CHANGED, EventKind.SCALER_FOUGHT):
             who = replicas_writer(e, events)
             out.append((e, f"{who}: replicas {d['replicas_from']} -> {d['replicas_to']}"))
     return out
@@ -337,35 +345,35 @@ def scaler_timeline(events, t0: float | None) -> list[dict]:
     replica count the cluster set, each fight, on the scenario's clock (t0), in order."""
     rows = []
     for e in events:
-        if e.kind == "scaler_status":
+        if e.kind == EventKind.SCALER_STATUS:
             what = f"{e.detail['hpa']} wants {e.detail['desired']} (has {e.detail['current']})"
             if e.detail.get("metrics"):
                 what += ": " + ", ".join(e.detail["metrics"])
             if e.detail.get("limited"):
                 what += f"; limited: {e.detail['limited']}"
-        elif e.kind in ("replicas_changed", "scaler_fought"):
+        elif e.kind in (EventKind.REPLICAS_CHANGED, EventKind.SCALER_FOUGHT):
             d = e.detail
             what = (
                 f"{replicas_writer(e, events)} set replicas {d['replicas_from']} -> "
                 f"{d['replicas_to']}"
             )
-            if e.kind == "scaler_fought":
+            if e.kind == EventKind.SCALER_FOUGHT:
                 against = (
                     f"the count the harness held ({d['held']})"
                     if d.get("held") is not None
                     else "the harness's rollout"
                 )
                 what += f", against {against}"
-        elif e.kind == "k8s_event" and e.detail.get("object") in (
+        elif e.kind == EventKind.K8S_EVENT and e.detail.get("object") in (
             "ScaledObject",
             "HorizontalPodAutoscaler",
         ):
             what = f"{e.detail['object']} {e.detail.get('reason')}: {e.detail.get('message')}"
-        elif e.kind == "scale" and str(e.detail.get("by", "")).startswith("autoscaler"):
+        elif e.kind == EventKind.SCALE and str(e.detail.get("by", "")).startswith("autoscaler"):
             # the local target's autoscaler deciding (scale_to_zero's removal)
             d = e.detail
             what = f"the {d['by']} set replicas {d.get('replicas_from')} -> {d.get('replicas_to')}"
-        elif e.kind == "action" and e.detail.get("action") == "scaler_removed":
+        elif e.kind == EventKind.ACTION and e.detail.get("action") == "scaler_removed":
             held = e.detail.get("busy")
             busy = (
                 ""
@@ -373,7 +381,10 @@ def scaler_timeline(events, t0: float | None) -> list[dict]:
                 else (", the replica with the long answer" if held else ", an idle replica")
             )
             what = f"the ReplicaSet removed {e.pod}{busy}: {e.detail.get('why')}"
-        elif e.kind == "action" and e.detail.get("action") in ("autoscaler", "scaler_watch"):
+        elif e.kind == EventKind.ACTION and e.detail.get("action") in (
+            "autoscaler",
+            "scaler_watch",
+        ):
             mode = e.detail.get("mode") or e.detail.get("policy")
             what = "the count handed to the scaler" + (f" ({mode})" if mode else "")
         else:
@@ -401,8 +412,8 @@ def scaler_summary(
             for e in events
             if e.t >= step
             and (
-                (e.kind == "scaler_status" and (e.detail.get("desired") or 0) > (e.detail.get("current") or 0))
-                or (e.kind == "replicas_changed" and e.detail["replicas_to"] > e.detail["replicas_from"])
+                (e.kind == EventKind.SCALER_STATUS and (e.detail.get("desired") or 0) > (e.detail.get("current") or 0))
+                or (e.kind == EventKind.REPLICAS_CHANGED and e.detail["replicas_to"] > e.detail["replicas_from"])
             )
         ),
         None,

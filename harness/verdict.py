@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from harness.errors import RollcheckError
+from harness.events import EventKind
 from harness.streams import Outcome, StreamRecord
 from harness.streams.summary import count_outcomes
 
@@ -26,7 +27,12 @@ OK_OUTCOMES = (Outcome.COMPLETE, Outcome.CANCELLED)
 # a killed pod's engine, seen dead on the target: it exited (the kubelet restarts it), its
 # liveness probe gave up on it (frozen), or the pod was removed (replaced)
 # what shows an engine dead; node_lost: the loss of its node (node_loss), as the target ran it
-DEAD_EVIDENCE = ("exited", "probe_failed", "pod_removed", "node_lost")
+DEAD_EVIDENCE = (
+    EventKind.EXITED,
+    EventKind.PROBE_FAILED,
+    EventKind.POD_REMOVED,
+    EventKind.NODE_LOST,
+)
 
 
 class Status(enum.StrEnum):
@@ -246,13 +252,13 @@ class RunData:
         (pod, when it was sent, when the target showed the engine dead)."""
         sent = {
             (e.pod, e.detail["retry"]): e.t for e in self.events
-            if e.kind == "action" and e.detail.get("action") == "oom_request"
+            if e.kind == EventKind.ACTION and e.detail.get("action") == "oom_request"
             and e.detail.get("retry")
         }  # fmt: skip
         return [
             (e.pod, sent[(e.pod, e.detail["retry"])], e.detail.get("t", e.t))
             for e in self.events
-            if e.kind == "action" and e.detail.get("action") == "retry_seen"
+            if e.kind == EventKind.ACTION and e.detail.get("action") == "retry_seen"
             and (e.pod, e.detail.get("retry")) in sent
         ]  # fmt: skip
 

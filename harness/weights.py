@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.events import Event
+from harness.events import Event, EventKind
 from harness.significance import goodput_test, latency_change
 from harness.streams import Outcome, StreamRecord
 
@@ -58,10 +58,12 @@ def windows(events: Sequence[Event], t_end: float) -> list[Window]:
     when the gateway applied it: in between, a gateway may route by either."""
     changes: list[tuple[float, float]] = []  # (when applied, percent; 0: no split)
     asked = sorted(
-        e.t for e in events if e.kind == "action" and e.detail.get("action") == "canary_weight"
+        e.t
+        for e in events
+        if e.kind == EventKind.ACTION and e.detail.get("action") == "canary_weight"
     )
     for e in events:
-        if e.kind != "gateway_updated":
+        if e.kind != EventKind.GATEWAY_UPDATED:
             continue
         split = e.detail.get("split") or {}
         percent = float(split.get("percent") or 0)
@@ -80,7 +82,7 @@ def split_applied(events: Sequence[Event], key: str, value: float, since: float)
     """When the gateway applied a split whose `key` (percent, mirror) is `value`, at or
     after `since` (its own gateway_updated event); None while it has not."""
     for e in events:
-        if e.kind == "gateway_updated" and e.t >= since:
+        if e.kind == EventKind.GATEWAY_UPDATED and e.t >= since:
             if (e.detail.get("split") or {}).get(key) == value:
                 return e.t
     return None

@@ -16,6 +16,7 @@ import pytest
 
 from harness import checks
 from harness.cluster.target import TargetError
+from harness.events import EventKind
 from harness.gateway_logs import read_access_log
 from harness.pd import decode_fallbacks, held_by
 from harness.timeline import address_spans
@@ -65,7 +66,7 @@ def test_pd_prefill(scenario, act):
     t_act = next(
         e.t
         for e in target.events()
-        if e.kind == "action" and e.t >= before and e.detail.get("action") == ACTIONS[act]
+        if e.kind == EventKind.ACTION and e.t >= before and e.detail.get("action") == ACTIONS[act]
     )
 
     # recovery: the prefill role's pods ready again, one made after the act (the victim

@@ -309,3 +309,7 @@ def test_report_inputs_are_checked_in_shape(tmp_path):
     (run / "events.jsonl").write_text("[1]\n")
     with pytest.raises(BadInput, match="events.jsonl:1: not a rollcheck event"):
         write_report(run)
+    # a kind rollcheck never writes (a typo of "ready") would match no check: refused
+    (run / "events.jsonl").write_text(json.dumps({"t": 1.0, "kind": "redy", "pod": "p"}) + "\n")
+    with pytest.raises(BadInput, match="events.jsonl:1: not a rollcheck event \\(kind 'redy' is"):
+        write_report(run)

@@ -285,3 +285,44 @@ def test_the_scenario_stays_small_and_built_of_parts():
         if isinstance(t, ast.Attribute)
     }
     assert parts <= assigned
+
+
+def test_event_kinds_are_the_enums_members():
+    """Every kind a target or a scenario writes is an EventKind (EventLog.emit refuses
+    another at run time; this finds it before), and the code reads an event's kind by the
+    member, not by a string a typo would leave matching nothing."""
+    import ast
+    from pathlib import Path
+
+    from harness.events import KINDS
+
+    root = Path(__file__).resolve().parents[1]
+    unknown, literal = [], []
+    for folder in ("harness", "scenarios"):
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root)
+            if rel.parts[:2] == ("harness", "sim"):
+                continue  # the simulator's own emit() sends bytes
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and node.args:
+                    name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+                    first = node.args[0]
+                    if name in ("emit", "_emit") and isinstance(first, ast.Constant):
+                        if first.value not in KINDS:
+                            unknown.append(f"{rel}:{node.lineno} {first.value!r}")
+                if isinstance(node, ast.Compare):
+                    sides = [node.left, *node.comparators]
+                    of_event = any(
+                        getattr(s, "attr", None) == "kind"
+                        and isinstance(s.value, ast.Name)
+                        and s.value.id in ("e", "ev", "event", "found", "seen", "x", "evidence")
+                        for s in sides
+                    )
+                    consts = [s for s in sides if isinstance(s, ast.Constant)]
+                    consts += [e for s in sides for e in getattr(s, "elts", [])]
+                    if of_event and any(
+                        isinstance(c, ast.Constant) and c.value in KINDS for c in consts
+                    ):
+                        literal.append(f"{rel}:{node.lineno}")
+    assert not unknown, f"event kinds that are not EventKind members: {unknown}"
+    assert not literal, f"an event's kind compared with a string, not an EventKind: {literal}"

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import RollcheckError
-from harness.events import Event, read_events
+from harness.events import Event, EventKind, read_events
 from harness.files import BadInput, read_json, write_atomic
 from harness.progress import clock
 from harness.streams import StreamRecord, read_jsonl
@@ -42,13 +42,13 @@ COLORS = {
 }
 VERSION_COLORS = ["#1565c0", "#00897b", "#7b1fa2", "#f4511e", "#546e7a"]
 MARKED_EVENTS = {
-    "sigterm": "#e65100",
-    "sigkill": "#b71c1c",
-    "exited": "#424242",
-    "endpoint_removed": "#0277bd",
-    "signal": "#b71c1c",
-    "preempted": "#8e24aa",
-    "node_lost": "#37474f",
+    EventKind.SIGTERM: "#e65100",
+    EventKind.SIGKILL: "#b71c1c",
+    EventKind.EXITED: "#424242",
+    EventKind.ENDPOINT_REMOVED: "#0277bd",
+    EventKind.SIGNAL: "#b71c1c",
+    EventKind.PREEMPTED: "#8e24aa",
+    EventKind.NODE_LOST: "#37474f",
 }
 MAX_POINTS = 20_000  # streams drawn; beyond that, complete ones are sampled
 W, LEFT, RIGHT = 1100, 170, 20
@@ -304,10 +304,11 @@ def _under_test(summary: dict, records: list[StreamRecord]) -> str:
 def _actions(events: list[Event], t0: float) -> str:
     acts = [
         e
-        if e.kind == "action"
+        if e.kind == EventKind.ACTION
         else Event(e.t, "action", e.pod, e.node, e.version, {"action": "restored"} | e.detail)
         for e in events
-        if (e.kind == "action" and e.detail.get("action") != "health_probe") or e.kind == "restored"
+        if (e.kind == EventKind.ACTION and e.detail.get("action") != "health_probe")
+        or e.kind == EventKind.RESTORED
     ]  # the restore (the target put back as it was) is what was done too
     if not acts:
         return "<p class=muted>No actions recorded.</p>"
@@ -974,7 +975,7 @@ def _finish_svg(
     lines = [
         (e, _action_label(e), "#d32f2f", "")
         for e in events
-        if e.kind == "action" and e.detail.get("action") not in ("health_probe",)
+        if e.kind == EventKind.ACTION and e.detail.get("action") not in ("health_probe",)
     ]
     lines += [
         (e, label, "#6a1b9a", " stroke-dasharray='6 3'") for e, label in count_decisions(events)
@@ -1035,7 +1036,7 @@ def _zoom_window(summary: dict, records: list[StreamRecord], events: list[Event]
         if not victims and (e.pod is None or e.t < t_act or (end is not None and e.t > end)):
             return False
         return (e.kind in BREAKING and e.t >= t_act - 1) or (
-            e.kind == "pod_removed" and e.t >= t_act
+            e.kind == EventKind.POD_REMOVED and e.t >= t_act
         )
 
     hits = [e.t for e in events if hit(e)]

@@ -24,7 +24,7 @@ from harness.config import ConfigError, build
 from harness.config.schema import RunConfig, Strategy
 from harness.engines.kinds import kind_of
 from harness.engines.startup import log_size, log_tail, machine_load
-from harness.events import Event, EventLog
+from harness.events import Event, EventKind, EventLog
 from harness.proc import PidFile, free_port, reap_leftovers
 
 __all__ = ["EvictionRefused", "LocalTarget"]
@@ -221,7 +221,9 @@ class LocalTarget(Target):
     def engine_logs(self) -> dict[str, Path]:
         """Every pod's process output (the kubelet's log of its container)."""
         folder = self.run_dir / "pods"
-        return {e.pod: folder / f"{e.pod}.log" for e in self.events() if e.kind == "pod_created"}
+        return {
+            e.pod: folder / f"{e.pod}.log" for e in self.events() if e.kind == EventKind.POD_CREATED
+        }
 
     def action(self, kind: str, **detail) -> Event:
         return self._events.emit("action", action=kind, **detail)
