@@ -25,6 +25,26 @@ _FIELD_TYPES = {
 }
 
 
+def typed_fields(d: dict, types: dict[str, tuple], default: tuple | None = None) -> dict:
+    """The fields of `d` named in `types` (and, with a default, every other key), each of
+    its type: a finite number, a list of text; ValueError naming the first that is not.
+    A bool is not a number unless the type says bool."""
+    out = {}
+    for name, value in d.items():
+        kinds = types.get(name, default)
+        if kinds is None:
+            continue
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if ok and isinstance(value, list) and not all(isinstance(x, str) for x in value):
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} is {type(value).__name__} {str(value)[:40]!r}")
+        out[name] = value
+    return out
+
+
 @dataclass
 class GatewayLine:
     request_id: str | None
@@ -52,19 +72,7 @@ class GatewayLine:
         """A line read back from a record (a run folder may have been edited by hand):
         every field of the type rollcheck writes, or ValueError naming the first that is
         not."""
-        kwargs = {}
-        for name, kinds in _FIELD_TYPES.items():
-            if name not in d:
-                continue
-            value = d[name]
-            ok = isinstance(value, kinds) and not isinstance(value, bool)
-            if ok and isinstance(value, float) and not math.isfinite(value):
-                ok = False
-            if ok and isinstance(value, list) and not all(isinstance(x, str) for x in value):
-                ok = False
-            if not ok:
-                raise ValueError(f"{name} is {type(value).__name__} {str(value)[:40]!r}")
-            kwargs[name] = value
+        kwargs = typed_fields(d, _FIELD_TYPES)
         required = [
             f.name
             for f in dataclasses.fields(cls)

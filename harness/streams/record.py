@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.files import MAX_LOG_BYTES, BadInput, atomic, read_lines
-from harness.streams.gateway_line import GatewayLine
+from harness.streams.gateway_line import GatewayLine, typed_fields
 
 
 class Outcome(enum.StrEnum):
@@ -54,7 +53,8 @@ _FIELD_TYPES = {
     "tags": (dict,),
     "pieces": (list, type(None)),
     "gateway": (dict, type(None)),
-}  # every other field is text or null
+}
+_TEXT = (str, type(None))  # every other field is text or null
 BROKEN = frozenset(Outcome) - {Outcome.COMPLETE, Outcome.CANCELLED}
 _OUTCOMES = frozenset(o.value for o in Outcome)
 FLAGS = ("ttft_slo_breach", "itl_slo_breach", "empty")
@@ -120,20 +120,11 @@ class StreamRecord:
         the type rollcheck writes, or ValueError naming the first that is not."""
         if not isinstance(d, dict):
             raise ValueError(f"a JSON {type(d).__name__}, not an object")
-        kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                continue
-            value = d[f.name]
-            kinds = _FIELD_TYPES.get(f.name, (str, type(None)))
-            ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-            if ok and isinstance(value, float) and not math.isfinite(value):
-                ok = False
-            if ok and isinstance(value, list) and not all(isinstance(x, str) for x in value):
-                ok = False
-            if not ok:
-                raise ValueError(f"field {f.name} is {type(value).__name__} {str(value)[:40]!r}")
-            kwargs[f.name] = value
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            kwargs = typed_fields({k: v for k, v in d.items() if k in names}, _FIELD_TYPES, _TEXT)
+        except ValueError as exc:
+            raise ValueError(f"field {exc}") from None
         for name in ("request_id", "outcome", "sent_at", "duration_s"):
             if name not in kwargs:
                 raise ValueError(f"no field {name}")
