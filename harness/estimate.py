@@ -121,7 +121,7 @@ def _act(kind: str, cfg, startup: float, params: dict, target: str = "kube") -> 
     """The act and the waits after it, as each scenario file makes them (scenarios/):
     the typical time of each, and the bound its wait has."""
     t, load = cfg.scenario, cfg.load
-    # wait_recovered follows a start-up that progresses up to settle_s (startup_stall_s)
+    # recovery.wait follows a start-up that progresses up to settle_s (startup_stall_s)
     ceiling = max(t.recovery_s, t.settle_s) if t.startup_stall_s else t.recovery_s
     longest = answer_s(cfg, max(s.tokens for s in load.max_tokens))
     long_answer = answer_s(cfg, load.long_answer_tokens)
@@ -167,7 +167,7 @@ class _Act(NamedTuple):
     target: str
     t: object  # the config's scenario section
     load: object
-    ceiling: float  # wait_recovered's bound
+    ceiling: float  # recovery.wait's bound
     longest: float  # the longest answer
     long_answer: float
     rolling: float  # a rollout with the config's strategy
