@@ -13,7 +13,7 @@ from harness import checks as C
 from harness import verdict as V
 from harness.cluster.target import EvictionRefused, TargetError
 from harness.events import Event, EventKind
-from harness.stage import Stage
+from harness.scenario_context import ScenarioContext
 
 # a drain's victim holds a stream expected to outlast its preStop by this factor and 0.5 s
 # (the estimate is the stream's own pace so far, and the eviction takes time to land),
@@ -23,10 +23,10 @@ PREFER_WAIT_S = 10.0
 
 
 class Disruption:
-    def __init__(self, stage: Stage):
-        self.stage = stage
-        self.target, self.cfg, self.progress = stage.target, stage.cfg, stage.progress
-        self.wait_for = stage.wait_for
+    def __init__(self, ctx: ScenarioContext):
+        self.ctx = ctx
+        self.target, self.cfg, self.progress = ctx.target, ctx.cfg, ctx.progress
+        self.wait_for = ctx.wait_for
         self.victims: list[str] = []
         self.victim_in_flight: dict[str, int] = {}
         self.t_step: float | None = None  # when the load's step came (wait_for_load_step)
@@ -45,7 +45,7 @@ class Disruption:
         within PREFER_WAIT_S, the busiest pod, and the checks judge what is found."""
         n = self.cfg.scenario.in_flight if min_in_flight is None else min_in_flight
         timeout = self.cfg.scenario.steady_state_s
-        load = self.stage.load()
+        load = self.ctx.load()
         if past_prestop and load is not None and load.outlasting(0.0) is not None:
 
             def outlasts_prestop(pod) -> bool:
@@ -60,7 +60,7 @@ class Disruption:
         try:
             return self.target.busiest_pod(n, timeout_s=timeout)
         except TargetError as exc:
-            self.stage.stop(
+            self.ctx.stop(
                 f"steady state not reached: no pod's engine metrics showed {n} streams running "
                 f"({exc})"
             )
@@ -162,7 +162,7 @@ class Disruption:
         timeout = self.cfg.scenario.recovery_s
         evidence = self.wait_for(seen, timeout, f"{what} to show")
         if evidence is None:
-            self.stage.stop(
+            self.ctx.stop(
                 f"{what} was not seen to take effect within scenario.recovery_s "
                 f"({timeout:g} s)" + (f": {none}" if none else ""),
                 stage="disruption",
@@ -197,7 +197,7 @@ class Disruption:
         try:
             act()
         except EvictionRefused as exc:
-            steady = self.stage.steady_at()
+            steady = self.ctx.steady_at()
             evicted = [
                 e.pod for e in self.target.events() if e.kind == EventKind.EVICTED and e.t >= steady
             ]
@@ -206,7 +206,7 @@ class Disruption:
                 if evicted
                 else "the disruption could not be made"
             )
-            self.stage.stop(
+            self.ctx.stop(
                 f"{how}: the PodDisruptionBudget refused the eviction for "
                 f"scenario.eviction_retry_s ({exc}); lower pdb.min_available or run more "
                 "replicas",
@@ -215,17 +215,17 @@ class Disruption:
 
     def wait_for_load_step(self) -> None:
         """Wait until the load shape's step happens, and mark it as the disruption."""
-        settings = self.stage.load().settings
-        step_at = self.stage.load().wait_until_step(
+        settings = self.ctx.load().settings
+        step_at = self.ctx.load().wait_until_step(
             settings.step_at_s + self.cfg.scenario.steady_state_s
         )
         # stamped when Locust stepped, not when this thread noticed: the step's first
         # requests belong to the disruption
         self.t_step = step_at
         self.target.action("load_step", users=settings.step_users, t=step_at)
-        steady = self.stage.steady_at()
+        steady = self.ctx.steady_at()
         if step_at < steady:
-            self.stage.stop(
+            self.ctx.stop(
                 f"the load step came {steady - step_at:.1f} s before the steady state was "
                 f"reached (load.step_at_s {settings.step_at_s:g} s after the load "
                 "started): its queueing is not the steady state's; raise load.step_at_s",

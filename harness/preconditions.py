@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from harness.files import write_atomic
-from harness.stage import Stage
+from harness.scenario_context import ScenarioContext
 
 
 class ScenarioSkipped(Exception):
@@ -28,14 +28,14 @@ def write_unjudged(
 
 
 class Preconditions:
-    def __init__(self, stage: Stage, run_dir: Path, kind: str, name: str):
-        self.stage, self.run_dir, self.kind, self.name = stage, run_dir, kind, name
-        self.target = stage.target
+    def __init__(self, ctx: ScenarioContext, run_dir: Path, kind: str, name: str):
+        self.ctx, self.run_dir, self.kind, self.name = ctx, run_dir, kind, name
+        self.target = ctx.target
 
     def skip(self, reason: str):
         """End before acting, as SKIPPED: the run folder says why (the index lists it)."""
         write_unjudged(self.run_dir, self.kind, self.name, self.target.name, reason)
-        self.stage.progress.phase(f"SKIPPED: {reason}")
+        self.ctx.progress.phase(f"SKIPPED: {reason}")
         raise ScenarioSkipped(reason)
 
     def require(self, what: str, blocker: str | None) -> None:

@@ -9,15 +9,15 @@ import time
 
 from harness.cluster.target import TargetError
 from harness.disruption import Disruption
-from harness.stage import Stage
+from harness.scenario_context import ScenarioContext
 from harness.timeline import disruption_time
 
 
 class Recovery:
-    def __init__(self, stage: Stage, disruption: Disruption):
-        self.stage, self.disruption = stage, disruption
-        self.target, self.cfg, self.progress = stage.target, stage.cfg, stage.progress
-        self.wait_for = stage.wait_for
+    def __init__(self, ctx: ScenarioContext, disruption: Disruption):
+        self.ctx, self.disruption = ctx, disruption
+        self.target, self.cfg, self.progress = ctx.target, ctx.cfg, ctx.progress
+        self.wait_for = ctx.wait_for
         self.t_recovered: float | None = None
 
     def prepare_replicas(self, n: int) -> None:

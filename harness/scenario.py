@@ -28,7 +28,7 @@ from harness.preconditions import Preconditions
 from harness.progress import Progress
 from harness.recovery import Recovery
 from harness.scaler_handover import ScalerHandover
-from harness.stage import Stage
+from harness.scenario_context import ScenarioContext
 from harness.streams import Thresholds, write_jsonl
 from harness.timeline import breaking_event, disruption_time, steady_state_time
 from harness.versions import Versions
@@ -71,7 +71,7 @@ class Scenario:
         self.t_start: float | None = None
         self.load_status: LoadStatus | None = None  # the load's own account of its end (gather)
         self.extras: dict = {}  # scenario-specific sections of summary.json (canary)
-        stage = Stage(
+        ctx = ScenarioContext(
             target,
             cfg,
             self.progress,
@@ -80,10 +80,10 @@ class Scenario:
             stop=self.inconclusive,
             steady_at=self._steady_at,
         )
-        self.disruption = Disruption(stage)
-        self.recovery = Recovery(stage, self.disruption)
-        self.versions = Versions(stage)
-        self.preconditions = Preconditions(stage, self.run_dir, kind, name)
+        self.disruption = Disruption(ctx)
+        self.recovery = Recovery(ctx, self.disruption)
+        self.versions = Versions(ctx)
+        self.preconditions = Preconditions(ctx, self.run_dir, kind, name)
         # the engines' own counts through the run, and a pod's /health where asked
         self.witnesses = Witnesses(target, cfg.scenario.engine_poll_s)
         # the replica count handed to the workload's own scaler (kube.scaler=cluster)

@@ -8,14 +8,14 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from harness.engines.kinds import kind_of
-from harness.stage import Stage
+from harness.scenario_context import ScenarioContext
 from harness.timeline import disruption_time
 
 
 class Versions:
-    def __init__(self, stage: Stage):
-        self.stage = stage
-        self.target, self.cfg = stage.target, stage.cfg
+    def __init__(self, ctx: ScenarioContext):
+        self.ctx = ctx
+        self.target, self.cfg = ctx.target, ctx.cfg
 
     def candidate_engine(self, section) -> dict:
         """The candidate's engine settings (a canary section's `engine`). An engine upgrade
@@ -56,13 +56,13 @@ class Versions:
 
     def wait_ready(self, version: str, timeout_s: float):
         """The first ready pod of a version made by the rollout (the canary replica)."""
-        found = self.stage.wait_for(
+        found = self.ctx.wait_for(
             lambda: self.new_pods(version, self.target.ready_pods()),
             timeout_s,
             f"a ready pod of version {version}",
         )
         if not found:
-            self.stage.stop(
+            self.ctx.stop(
                 f"no pod of version {version} made by the rollout became ready within "
                 f"{timeout_s:g} s: nothing to compare (the startup scenario shows why a "
                 "version does not start)",
@@ -77,7 +77,7 @@ class Versions:
         TTFT the prompts must not push over its SLO (two at a time did, on kube-local's
         two replicas of four slots each)."""
         url, settings = self.target.pod_endpoint(pod.name)
-        return self.stage.load().ask(url, prompts, model or self.cfg.load.model, settings)
+        return self.ctx.load().ask(url, prompts, model or self.cfg.load.model, settings)
 
     def ask_each(self, pods: list, prompts: list, model: str | None = None) -> dict[str, list]:
         """ask() of every pod at once (each pod still one prompt at a time): pod name ->

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class Stage:
+class ScenarioContext:
     target: Target
     cfg: RunConfig
     progress: Progress
