@@ -1467,13 +1467,12 @@ def _measured_pod_times(d: RunData) -> tuple[float | None, float | None]:
         return None, None
     since = d.t_act - 1  # (a second's slack: Kubernetes stamps creation to the second)
     lives = pod_lives(d.events)
-    ready_s = [
-        life.ready_from(life.created) - life.created
-        for life in lives
-        if life.created is not None
-        and life.created >= since
-        and life.ready_from(life.created) is not None
-    ]
+    ready_s = []
+    for life in lives:
+        if life.created is not None and life.created >= since:
+            ready = life.ready_from(life.created)
+            if ready is not None:
+                ready_s.append(ready - life.created)
     drain_s = [
         life.removed - life.terminating
         for life in lives

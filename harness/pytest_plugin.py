@@ -379,7 +379,8 @@ def load(scenario):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """The target found, before acting, that it cannot run this scenario (CannotRun): the
-    scenario ends SKIPPED with the reason, its run folder saying why, as `scenario.preconditions.skip`."""
+    scenario ends SKIPPED with the reason, its run folder saying why, as
+    `scenario.preconditions.skip` does."""
     from harness.cluster.target import CannotRun
 
     try:

@@ -64,21 +64,21 @@ class GatewayLine:
     def start_t(self) -> float:
         return self.end_t - self.request_time_s
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict) -> GatewayLine:
         """A line read back from a record (a run folder may have been edited by hand):
         every field of the type rollcheck writes, or ValueError naming the first that is
         not."""
         kwargs = typed_fields(d, _FIELD_TYPES)
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        missing = [name for name in required if name not in kwargs]
+        missing = [name for name in _REQUIRED if name not in kwargs]
         if missing:
             raise ValueError(f"no field {missing[0]}")
         return cls(**kwargs)
+
+
+# the fields a line read back must have (the others have defaults)
+_REQUIRED = [
+    f.name
+    for f in dataclasses.fields(GatewayLine)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+]
