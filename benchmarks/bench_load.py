@@ -2,6 +2,8 @@
 minimal asyncio httpx client doing the same work, with the client timing skew.
 
 Run: .venv/bin/python -m benchmarks.bench_load [--levels 50,100,200] [--seconds 6]
+     [--workers 0,1,2] [--readers httpx,lean] [--itl 0.02] [--no-reference]
+Each level is read by each worker count with each reader (load.http_client) in turn.
 Skew = arrival time - the simulator's send stamp per chunk (--send-timestamps).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
@@ -25,9 +28,12 @@ from harness.streams import Thresholds
 from harness.streams.summary import percentile
 
 
-def locust_run(url: str, users: int, workers: int, seconds: float, tokens: int) -> dict:
+def locust_run(
+    url: str, users: int, workers: int, seconds: float, tokens: int, reader: str = "lean"
+) -> dict:
     with tempfile.TemporaryDirectory() as d:
         s = LoadSettings(
+            http_client=reader,
             users=users,
             spawn_rate=1000,
             workers=workers,
@@ -46,6 +52,7 @@ def locust_run(url: str, users: int, workers: int, seconds: float, tokens: int) 
     out = _figures(result.records, done, seconds, t0)
     delay = client_delay.summarize(windows) or {}
     out["delay_p99_ms"] = 1000 * delay.get("p99_s", 0.0)
+    out["socket_p99_ms"] = 1000 * (delay.get("arrival_p99_s") or 0.0)
     out["cpu_max"] = delay.get("cpu_max") or 0.0
     return out
 
@@ -106,29 +113,76 @@ def main() -> None:
     ap.add_argument("--levels", default="50,100,200")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--workers", default="1,2", help="Locust worker counts (0: one process)")
-    args = ap.parse_args()
-    tokens = int((args.seconds + 3) / 0.02)
-    settings = SimSettings(
-        port=free_port(), ttft_s=0.01, itl_s=0.02, max_num_seqs=4096, send_timestamps=True
+    ap.add_argument("--readers", default="httpx,lean", help="load.http_client values, in turn")
+    ap.add_argument("--itl", type=float, default=0.02, help="the simulator's seconds a token")
+    ap.add_argument("--no-reference", action="store_true", help="skip the asyncio client")
+    ap.add_argument(
+        "--sims", type=int, default=1, help="simulators; more than one: behind the local nginx"
     )
-    with running_sim(settings) as url:
-        print(
-            f"{'client':<18}{'streams':>8}{'events/s':>10}{'skew p50 ms':>13}"
-            f"{'skew p99 ms':>13}{'ratio':>7}{'delay p99 ms':>14}{'cpu max':>9}"
-        )
-        for n in (int(x) for x in args.levels.split(",")):
+    args = ap.parse_args()
+    tokens = int((args.seconds + 3) / args.itl)
+    with contextlib.ExitStack() as stack:
+        urls = [
+            stack.enter_context(
+                running_sim(
+                    SimSettings(
+                        port=free_port(),
+                        ttft_s=0.01,
+                        itl_s=args.itl,
+                        max_num_seqs=8192,
+                        send_timestamps=True,
+                    )
+                )
+            )
+            for _ in range(args.sims)
+        ]
+        url = urls[0] if len(urls) == 1 else stack.enter_context(gateway(urls))
+        _table(url, args, tokens)
+
+
+@contextlib.contextmanager
+def gateway(urls: list[str]):
+    """The local target's nginx in front of the simulators, round robin, so that no one
+    simulator is the source's bottleneck (nginx runs one worker process, as the local
+    target runs it: past some tens of thousands of events/s it is the next one)."""
+    from harness.cluster.local.nginx import Nginx
+    from harness.waits import wait_until
+
+    with tempfile.TemporaryDirectory() as d:
+        nginx = Nginx(Path(d), free_port(), endpoint_delay_s=0.0, read_timeout_s=60.0)
+        nginx.start()
+        try:
+            nginx.set_endpoints([u.removeprefix("http://") for u in urls])
+            wait_until(lambda: len(nginx.applied) == len(urls), 10, "nginx to take the sims")
+            yield nginx.url
+        finally:
+            nginx.stop()
+
+
+def _table(url: str, args, tokens: int) -> None:
+    """Each level, read by each worker count with each reader in turn."""
+    print(
+        f"{'client':<24}{'streams':>8}{'events/s':>10}{'skew p50 ms':>13}"
+        f"{'skew p99 ms':>13}{'ratio':>7}{'delay p99 ms':>14}{'socket p99':>11}"
+        f"{'cpu max':>9}"
+    )
+    for n in (int(x) for x in args.levels.split(",")):
+        ref = {"events_per_s": 0}
+        if not args.no_reference:
             ref = asyncio.run(_reference(url, n, args.seconds, tokens))
             print(
-                f"{'asyncio httpx':<18}{n:>8}{ref['events_per_s']:>10.0f}"
+                f"{'asyncio httpx':<24}{n:>8}{ref['events_per_s']:>10.0f}"
                 f"{ref['skew_p50_ms']:>13.2f}{ref['skew_p99_ms']:>13.2f}{'':>7}"
             )
-            for workers in (int(w) for w in args.workers.split(",")):
-                r = locust_run(url, n, workers, args.seconds, tokens)
+        for workers in (int(w) for w in args.workers.split(",")):
+            for reader in args.readers.split(","):  # side by side, on one simulator
+                r = locust_run(url, n, workers, args.seconds, tokens, reader)
                 ratio = r["events_per_s"] / ref["events_per_s"] if ref["events_per_s"] else 0
                 print(
-                    f"{f'locust {workers} worker':<18}{n:>8}{r['events_per_s']:>10.0f}"
-                    f"{r['skew_p50_ms']:>13.2f}{r['skew_p99_ms']:>13.2f}{ratio:>7.2f}"
-                    f"{r['delay_p99_ms']:>14.1f}{r['cpu_max']:>9.0%}"
+                    f"{f'locust {workers} worker {reader}':<24}{n:>8}"
+                    f"{r['events_per_s']:>10.0f}{r['skew_p50_ms']:>13.2f}"
+                    f"{r['skew_p99_ms']:>13.2f}{ratio:>7.2f}{r['delay_p99_ms']:>14.1f}"
+                    f"{r['socket_p99_ms']:>11.1f}{r['cpu_max']:>9.0%}"
                 )
 
 

@@ -4,7 +4,9 @@ Run: .venv/bin/python -m benchmarks.bench_streams
 1. events/s that the SSE parser + classifier handle on one core (no I/O);
 2. client timing skew: the simulator stamps each chunk with its send time
    (--send-timestamps), the client compares with its arrival time; p50/p99 at
-   50 and 300 concurrent streams, under gevent as inside a Locust worker.
+   50 and 300 concurrent streams, under gevent as inside a Locust worker, read by
+   httpx and by the lean reader (harness.http1) side by side, with the client's CPU
+   an event.
 """
 
 from gevent import monkey
@@ -54,11 +56,12 @@ def parser_throughput(tokens: int = 500, rounds: int = 200, shortcut: bool = Tru
     return rounds * (tokens + 3) / (time.process_time() - t0)
 
 
-def client_skew(url: str, streams: int, tokens: int) -> dict:
+def client_skew(url: str, streams: int, tokens: int, transport: str = "lean") -> dict:
     th = Thresholds(stall_timeout_s=30)
     records = []
     t0 = time.monotonic()
-    with make_client(30, streams + 10) as client:
+    cpu0 = time.process_time()
+    with make_client(30, streams + 10, transport=transport) as client:
         pool = gevent.pool.Pool(streams)
         for i in range(streams):
             payload = chat_payload(None, f"skew {i}", tokens, ignore_eos=True)
@@ -66,6 +69,7 @@ def client_skew(url: str, streams: int, tokens: int) -> dict:
             gevent.sleep(1.0 / streams)  # arrivals spread over a second
         pool.join()
     wall = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     p99s = [r.skew_p99_s for r in records if r.skew_p99_s is not None]
     p50s = [r.skew_p50_s for r in records if r.skew_p50_s is not None]
     events = sum(r.events for r in records)
@@ -75,6 +79,7 @@ def client_skew(url: str, streams: int, tokens: int) -> dict:
         "skew_p50_ms": 1000 * percentile(p50s, 50),
         "skew_p99_ms": 1000 * percentile(p99s, 99),
         "events_per_s": events / wall,
+        "cpu_us_per_event": 1e6 * cpu / max(events, 1),
     }
 
 
@@ -92,15 +97,19 @@ def main() -> None:
         port=free_port(), ttft_s=0.01, itl_s=0.02, max_num_seqs=4096, send_timestamps=True
     )
     with running_sim(settings) as base:
+        # the two readers side by side, alternating, on the same simulator
         print(
-            f"{'streams':>8} {'complete':>9} {'skew p50 ms':>12} {'skew p99 ms':>12} {'events/s':>9}"
+            f"{'reader':>7} {'streams':>8} {'complete':>9} {'skew p50 ms':>12} "
+            f"{'skew p99 ms':>12} {'events/s':>9} {'CPU us/event':>13}"
         )
         for n in (50, 300):
-            r = client_skew(base + "/v1/chat/completions", n, tokens=250)
-            print(
-                f"{r['streams']:>8} {r['complete']:>9} {r['skew_p50_ms']:>12.2f} "
-                f"{r['skew_p99_ms']:>12.2f} {r['events_per_s']:>9.0f}"
-            )
+            for transport in ("httpx", "lean"):
+                r = client_skew(base + "/v1/chat/completions", n, 250, transport)
+                print(
+                    f"{transport:>7} {r['streams']:>8} {r['complete']:>9} "
+                    f"{r['skew_p50_ms']:>12.2f} {r['skew_p99_ms']:>12.2f} "
+                    f"{r['events_per_s']:>9.0f} {r['cpu_us_per_event']:>13.1f}"
+                )
 
 
 if __name__ == "__main__":

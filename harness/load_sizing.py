@@ -33,7 +33,9 @@ TARGET_CPU = 0.5
 # a stream's tokens a second when the engine's pace is not known: a fast GPU engine's
 # 20 ms between tokens (20-50 ms is usual), so the estimate errs towards more workers
 ASSUMED_TOKENS_S = 50.0
-CACHE_VERSION = 1
+# 2: streams read by harness.http1, about half httpx's CPU an event: budgets measured
+# with httpx (1) understate a worker's
+CACHE_VERSION = 2
 
 
 @dataclasses.dataclass

@@ -70,6 +70,10 @@ class LoadSettings:
     # the CPUs the load's processes run on (Linux affinity), e.g. [1]: on the local target,
     # keeps the client off the engines' cores; empty: any
     cpus: list[int] = field(default_factory=list)
+    # what reads the streams: lean (harness.http1, about half the CPU an event) or httpx
+    # (the reader before it, kept for a gateway the lean reader cannot talk to; proxies
+    # from the environment go through httpx either way)
+    http_client: str = "lean"
 
     def validate(self) -> None:
         if self.shape not in SHAPES:
@@ -96,6 +100,8 @@ class LoadSettings:
                 "external_workers need a known master_port (and master_bind 0.0.0.0 in a "
                 "cluster): the port the chart's workers dial"
             )
+        if self.http_client not in ("lean", "httpx"):
+            raise ValueError(f"http_client must be lean or httpx, not {self.http_client!r}")
         if not self.path.startswith("/"):
             raise ValueError(f"path must start with '/', got {self.path!r}")
         if self.web_ui is not None:
