@@ -1591,7 +1591,14 @@ def _ms(seconds: float) -> str:
 def _delay_text(s: dict) -> str:
     cpu = s.get("cpu_max")
     cpu_text = f", CPU up to {cpu:.0%}" if isinstance(cpu, (int, float)) else ""
-    return f"p99 {_ms(s['p99_s'])}{cpu_text}"
+    loop, arrival = s.get("loop_p99_s"), s.get("arrival_p99_s")
+    # which of the two measures (harness.client_delay) said it, where the socket's did
+    whose = (
+        " of answers waiting in their sockets"
+        if isinstance(arrival, (int, float)) and arrival > (loop or 0.0)
+        else ""
+    )
+    return f"p99 {_ms(s['p99_s'])}{whose}{cpu_text}"
 
 
 def workers_advice(lagged: dict[str, dict], d: RunData) -> str:

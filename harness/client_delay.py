@@ -10,6 +10,13 @@ writes them to <run>/load/client_delay.jsonl. The judge reads them back per phas
 (`by_phase`): bounded whatever the run's length (one line a worker a second, a few
 dozen buckets each).
 
+A second measure, where the reads are stamped (harness.http1 over plain http): for each
+piece of a body, the time from its arrival in the socket (the kernel's receive time) to
+its reading and time stamp (`Windows.arrived`). It is the error in that piece's own
+timing, not a sample of it. A window holds both; `summarize` reads the client's delay
+as the larger of the two at each quantile (`p99_s`, `max_s`), and each on its own
+(`loop_*`, `arrival_*`).
+
 Buckets are 10% wide from 0.1 ms (`bucket`, `upper`): a quantile read from them is the
 bucket's upper edge, so it overstates the delay by at most 10%, never understates it.
 """
@@ -71,34 +78,51 @@ class Windows:
         self._second: int | None = None
         self._hist: dict[int, int] = {}
         self._max = 0.0
+        self._arrived: dict[int, int] = {}
+        self._arrived_max = 0.0
         self._closed: list[dict] = []
         self._cpu_at = (clock(), cpu())
 
     def add(self, lag_s: float) -> None:
-        second = int(self._clock())
-        if self._second is not None and second != self._second:
-            self._close()
-        self._second = second
+        self._now()
         k = bucket(lag_s)
         self._hist[k] = self._hist.get(k, 0) + 1
         self._max = max(self._max, lag_s)
 
+    def arrived(self, wait_s: float) -> None:
+        """A piece of a body waited wait_s in the socket before it was read."""
+        self._now()
+        k = bucket(wait_s)
+        self._arrived[k] = self._arrived.get(k, 0) + 1
+        if wait_s > self._arrived_max:
+            self._arrived_max = wait_s
+
+    def _now(self) -> None:
+        """Into this second's window (the last one closes when a new second begins)."""
+        second = int(self._clock())
+        if self._second is not None and second != self._second:
+            self._close()
+        self._second = second
+
     def _close(self) -> None:
-        if self._second is None or not self._hist:
+        if self._second is None or not (self._hist or self._arrived):
             return
         now, cpu = self._clock(), self._cpu()
         wall = now - self._cpu_at[0]
         share = (cpu - self._cpu_at[1]) / wall if wall > 0 else None
         self._cpu_at = (now, cpu)
-        self._closed.append(
-            {
-                "t": self._second,
-                "h": dict(self._hist),
-                "max_s": round(self._max, 6),
-                "cpu": None if share is None else round(share, 3),
-            }
-        )
+        window = {
+            "t": self._second,
+            "h": dict(self._hist),
+            "max_s": round(self._max, 6),
+            "cpu": None if share is None else round(share, 3),
+        }
+        if self._arrived:
+            window["a"] = dict(self._arrived)
+            window["a_max_s"] = round(self._arrived_max, 6)
+        self._closed.append(window)
         self._hist, self._max, self._second = {}, 0.0, None
+        self._arrived, self._arrived_max = {}, 0.0
 
     def take(self, final: bool = False) -> list[dict]:
         """The seconds closed since the last take (and the open one too when final)."""
@@ -129,26 +153,39 @@ def read(run_dir: Path) -> list[dict]:
 
 
 def summarize(windows: Iterable[dict]) -> dict | None:
-    """p50, p99 and max lateness, the samples, the highest CPU share of a worker in one
-    second, and how many workers reported, over some windows (None when none)."""
+    """The client's delay over some windows (None when none): p50, p99 and max as the
+    larger of its two measures, each measure's own (loop_*: the timer's lateness;
+    arrival_*: a piece's wait in the socket, None where reads were not stamped), the
+    timer's samples, the highest CPU share of a worker in one second, and how many
+    workers reported."""
     hist: dict[int, int] = {}
-    worst, cpu, workers = 0.0, None, set()
+    arrived: dict[int, int] = {}
+    worst, arrived_worst, cpu, workers = 0.0, 0.0, None, set()
     for w in windows:
         merge(hist, w["h"])
         worst = max(worst, float(w.get("max_s") or 0.0))
+        if isinstance(w.get("a"), dict):
+            merge(arrived, w["a"])
+            arrived_worst = max(arrived_worst, float(w.get("a_max_s") or 0.0))
         if isinstance(w.get("cpu"), (int, float)):
             cpu = max(cpu or 0.0, float(w["cpu"]))
         workers.add(w.get("worker"))
-    if not hist:
+    if not hist and not arrived:
         return None
-    return {
-        "p50_s": round(quantile(hist, 0.5), 6),
-        "p99_s": round(quantile(hist, 0.99), 6),
-        "max_s": worst,
-        "samples": sum(hist.values()),
-        "cpu_max": cpu,
-        "workers": len(workers),
-    }
+    out: dict = {}
+    for q, name in ((0.5, "p50_s"), (0.99, "p99_s")):
+        loop, arrival = quantile(hist, q), quantile(arrived, q)
+        out["loop_" + name] = None if loop is None else round(loop, 6)
+        out["arrival_" + name] = None if arrival is None else round(arrival, 6)
+        out[name] = round(max(loop or 0.0, arrival or 0.0), 6)
+    out["loop_max_s"] = worst if hist else None
+    out["arrival_max_s"] = arrived_worst if arrived else None
+    out["max_s"] = max(worst, arrived_worst)
+    out["samples"] = sum(hist.values())
+    out["arrival_samples"] = sum(arrived.values())
+    out["cpu_max"] = cpu
+    out["workers"] = len(workers)
+    return out
 
 
 def by_phase(windows: list[dict], phase_at) -> dict[str, dict]:

@@ -87,8 +87,12 @@ class WorkerState:
         self.rate_lag: collections.deque = collections.deque(maxlen=20000)
         self.rng = random.Random(SETTINGS.seed + os.getpid())
         self.client = make_client(
-            THRESHOLDS.stall_timeout_s, headers=auth_headers(SETTINGS.api_key_env)
+            THRESHOLDS.stall_timeout_s,
+            headers=auth_headers(SETTINGS.api_key_env),
+            transport=SETTINGS.http_client,
         )
+        # and how long each piece of an answer waited in its socket before it was read
+        self.client.on_arrival = self.delay.arrived
         # the models the requests name (load.models), moved by LoadRun.set_models: the
         # change's sequence number, and whether any request names a model of its own
         self.models: list[ModelShare] = list(SETTINGS.models)

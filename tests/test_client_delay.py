@@ -50,6 +50,19 @@ def test_windows_close_each_second_with_the_cpu_share_of_it():
     assert w.take(final=True) == []
 
 
+def test_a_window_keeps_the_sockets_waits_beside_the_timers():
+    now = [100.2]
+    w = CD.Windows(clock=lambda: now[0], cpu=lambda: 0.0)
+    w.arrived(0.2)
+    w.arrived(0.01)
+    now[0] = 101.1
+    w.add(0.001)  # a new second closes the last, which had only the socket's waits
+    (first,) = w.take()
+    assert first["h"] == {} and sum(first["a"].values()) == 2 and first["a_max_s"] == 0.2
+    (last,) = w.take(final=True)
+    assert "a" not in last and sum(last["h"].values()) == 1
+
+
 def test_by_phase_reads_each_second_in_the_phase_of_its_middle(tmp_path):
     phases = V.Phases(t_start=T - 10, t_act=T, t_recovered=T + 5, t_end=T + 10)
     lines = [
@@ -195,3 +208,32 @@ def test_a_short_phase_of_a_lagging_run_is_not_taken_to_have_kept_up():
     d = data(records, itl_slo_s=0.05, client_delay=client)
     assert "during" not in d.client_lagged()
     assert itl(d).status == V.Status.FAIL
+
+
+def test_answers_waiting_in_their_sockets_count_though_the_timer_kept_up():
+    """The timer woke on time, yet each piece of an answer waited 400 ms in its socket
+    (the kernel's receive time to the read): the client's delay is the larger measure,
+    and the check names it."""
+    lines = [
+        {
+            "t": int(T) + s,
+            "h": {str(CD.bucket(0.001)): 50},
+            "max_s": 0.001,
+            "a": {str(CD.bucket(0.4)): 300},
+            "a_max_s": 0.41,
+            "cpu": 0.98,
+        }
+        for s in (-3, -2, 1, 2, 7, 8)
+    ]
+    phases = V.Phases(t_start=T - 10, t_act=T, t_recovered=T + 5, t_end=T + 10)
+    got = CD.by_phase(lines, phases.at)
+    assert got["during"]["loop_p99_s"] < 0.0012 and 0.4 <= got["during"]["arrival_p99_s"] < 0.45
+    assert got["during"]["p99_s"] == got["during"]["arrival_p99_s"]
+    assert got["all"]["max_s"] == 0.41 and got["all"]["samples"] == 300
+    d = ttft_run([1.2] * 4 + [0.1] * 6, got)
+    word, by = verdict_of(d, LATENCY)
+    assert word == "inconclusive" and by["ttft_slo_budget"].status == V.Status.INCONCLUSIVE
+    assert "during: p99 4" in by["client_kept_up"].reason
+    assert "of answers waiting in their sockets, CPU up to 98%" in by["client_kept_up"].reason
+    without = CD.summarize([{k: v for k, v in w.items() if k[0] != "a"} for w in lines])
+    assert without["arrival_p99_s"] is None and without["p99_s"] == without["loop_p99_s"]

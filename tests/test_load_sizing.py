@@ -125,3 +125,9 @@ def test_auto_starts_the_workers_a_load_needs_and_loses_no_request(sim_factory, 
     assert status["sent"] == len(records) > 60
     delay = [json.loads(line) for line in (out / "load" / "client_delay.jsonl").open()]
     assert len({w["worker"] for w in delay}) == workers  # every worker measured itself
+    # both of its measures: the timer's lateness, and each piece's wait in its socket
+    # (the kernel's receive time to the read), a piece of every answer at least
+    for worker in {w["worker"] for w in delay}:
+        mine = [w for w in delay if w["worker"] == worker]
+        assert sum(sum(w["h"].values()) for w in mine) > 0
+        assert sum(sum(w.get("a", {}).values()) for w in mine) >= len(records) / workers / 2

@@ -1284,10 +1284,15 @@ def _loadgen(lg: dict | None) -> str:
         rows += (
             f"<tr><td>{_e(phase)}</td><td class='num{' worse' if over else ''}'>"
             f"{s['p99_s'] * 1000:.1f} ms</td><td class=num>{s['max_s'] * 1000:.1f} ms</td>"
+            f"<td class=num>{_delay_ms(s.get('loop_p99_s'))}</td>"
+            f"<td class=num>{_delay_ms(s.get('arrival_p99_s'))}</td>"
             f"<td class=num>{'–' if cpu is None else f'{cpu:.0%}'}</td>"
             f"<td class=num>{_e(s['samples'])}</td></tr>"
         )
     said = (
+        "The client's delay is the larger of its event loop's lateness and the time a "
+        "piece of an answer waited in its socket before it was read (measured over "
+        "plain http). "
         f"A figure the client measured can be late by its own delay: past "
         f"{limit * 1000:.0f} ms at p99 in a phase, a latency budget that holds or breaks "
         "within that delay is not judged (client_kept_up)."
@@ -1297,10 +1302,17 @@ def _loadgen(lg: dict | None) -> str:
     return (
         out
         + "<table><tr><th>phase</th><th>client delay p99</th><th>max</th>"
-        + "<th>worker CPU, highest second</th><th>samples</th></tr>"
+        + "<th>of it: event loop p99</th><th>socket to reading p99</th>"
+        + "<th>worker CPU, highest second</th><th>timer samples</th></tr>"
         + rows
         + f"</table><p class=small>{_e(said)}</p>"
     )
+
+
+def _delay_ms(value) -> str:
+    """A delay measure's figure; a dash where it was not measured (a run from before
+    it, or reads over TLS, which carry no receive time)."""
+    return "–" if not isinstance(value, (int, float)) else f"{value * 1000:.1f} ms"
 
 
 STATUS_MARK = {"pass": "✔", "fail": "✘", "inconclusive": "?", "skipped": "–"}
