@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def lasting_port(host: str = "127.0.0.1") -> int:
+    """A free port below the kernel's ephemeral range, for a process that binds it long
+    after it is chosen. free_port's are from that range, where every outgoing connection
+    takes its local port: vLLM's NIXL side channel binds a minute after its engine starts,
+    and once found its port (from free_port) taken (docs/facts.md). Below the range only a
+    process that names a port binds it (and below 30000: Kubernetes' NodePorts are
+    30000-32767)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    first, end = max(1025, low - 12000), min(low, 30000)
+    for _ in range(200 if first < end else 0):  # a range from 1024 up leaves none below
+        port = rng.randrange(first, end)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)
 
 
 def sim_command(settings: SimSettings) -> list[str]:

@@ -45,3 +45,19 @@ def test_the_reaper_leaves_kube_locals_node_records_to_their_own_clean_up(tmp_pa
     mine.write_text(json.dumps({"owner": dead.pid, "groups": {}}))
     proc.reap_leftovers()
     assert node.exists() and not mine.exists()
+
+
+def test_a_lasting_port_is_outside_what_the_kernel_hands_out():
+    """A port bound long after it is chosen (vLLM's NIXL side channel) is one no outgoing
+    connection takes: below the ephemeral range (and Kubernetes' NodePorts), and free."""
+    import socket
+    from pathlib import Path
+
+    from harness.proc import lasting_port
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(20):
+        port = lasting_port()
+        assert 1024 < port < min(low, 30000)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
