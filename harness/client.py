@@ -81,9 +81,10 @@ def make_client(stall_timeout_s: float, max_connections: int = 1000, **settings)
 
 class StreamClient:
     """Streams, each on a connection of its own, read by harness.http1: a lean HTTP/1.1
-    reader, about 3x less CPU an event than httpx under gevent (docs/facts.md). Where an
-    HTTP proxy from the environment applies to the URL (HTTP_PROXY, HTTPS_PROXY,
-    ALL_PROXY, less NO_PROXY, as httpx would honour them) the request goes through httpx,
+    reader, about half httpx's CPU an event under gevent (docs/facts.md). Where an HTTP
+    proxy from the environment applies to the URL (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
+    less NO_PROXY, read when the client is made, as httpx reads them) the request goes
+    through httpx,
     which speaks to proxies. Both raise the same exceptions by name, so a record's error
     reads the same whichever read it; at most max_connections at once (a request past
     them waits up to the stall timeout, then is a stall, as httpx's pool does)."""
@@ -103,7 +104,7 @@ class StreamClient:
         self.connect_timeout_s = min(CONNECT_TIMEOUT_S, stall_timeout_s)
         self.headers = dict(headers or {})
         self.transport = transport
-        self._verify = verify
+        self._proxies = urllib.request.getproxies_environment()
         self._tls = _tls_of(verify)
         self._max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -145,7 +146,7 @@ class StreamClient:
         """POST body to url: the response (status_code, headers.get, iter_raw), closed
         when the block ends. on_socket is given the socket once connected."""
         headers = {**self.headers, **headers}
-        if self.transport == "httpx" or _proxied(url):
+        if self.transport == "httpx" or _proxied(url, self._proxies):
             with self._via_httpx(url, body, headers, on_socket) as response:
                 yield response
             return
@@ -210,9 +211,8 @@ def _tls_of(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=verify)
 
 
-def _proxied(url: str) -> bool:
-    """Whether httpx would send url through a proxy named in the environment."""
-    proxies = urllib.request.getproxies_environment()
+def _proxied(url: str, proxies: dict[str, str]) -> bool:
+    """Whether httpx would send url through one of the environment's proxies."""
     if not proxies:
         return False
     parts = urlsplit(url)

@@ -158,7 +158,6 @@ class Response:
 
     def __init__(self, reader: _Reader, status: int, headers: Headers, rest: bytes) -> None:
         self._reader = reader
-        self._sock = reader.sock
         self.status_code = status
         self.headers = headers
         self._rest = rest
@@ -181,40 +180,36 @@ class Response:
                         yield out
                     if chunks.done:
                         return  # anything after the last chunk goes with the connection
-                data = self._recv()
+                data = self._reader.recv()
                 if not data:
                     raise RemoteProtocolError(
                         "peer closed connection without sending complete message body "
                         "(incomplete chunked read)"
                     )
         if kind == "length":
-            left, got = length, 0
+            left = length
             data = self._rest
             while left:
                 if data:
                     piece = data[:left] if len(data) > left else data
                     left -= len(piece)
-                    got += len(piece)
                     yield piece
                     if not left:
                         return
-                data = self._recv()
+                data = self._reader.recv()
                 if not data:
                     raise RemoteProtocolError(
                         "peer closed connection without sending complete message body "
-                        f"(received {got} bytes, expected {length})"
+                        f"(received {length - left} bytes, expected {length})"
                     )
             return
         data = self._rest  # to the close
         while True:
             if data:
                 yield data
-            data = self._recv()
+            data = self._reader.recv()
             if not data:
                 return
-
-    def _recv(self) -> bytes:
-        return self._reader.recv()
 
     @property
     def arrived_at(self) -> float | None:
@@ -222,7 +217,7 @@ class Response:
 
     def close(self) -> None:
         try:
-            self._sock.close()
+            self._reader.sock.close()
         except OSError:
             pass
 
@@ -239,7 +234,9 @@ def _framing(status: int, headers: Headers) -> tuple[str, int]:
                 f"unsupported Transfer-Encoding {', '.join(codings)[:80]!r} (only chunked is)"
             )
         return "chunked", 0
-    lengths = {v.strip() for v in headers.values("content-length") for v in v.split(",")}
+    lengths = {
+        one.strip() for value in headers.values("content-length") for one in value.split(",")
+    }
     if lengths:
         if len(lengths) > 1 or not all(v.isdigit() and v.isascii() for v in lengths):
             raise RemoteProtocolError(f"bad Content-Length {sorted(lengths)[:3]!r}"[:120])
