@@ -338,6 +338,16 @@ def gauges(engine: Engine, timeout_s: float = METRICS_TIMEOUT_S) -> tuple[float,
     return value("vllm:num_requests_running"), value("vllm:num_requests_waiting")
 
 
+def answers_finished(engine: Engine, timeout_s: float = METRICS_TIMEOUT_S) -> float:
+    """How many answers the engine has counted finished (vllm:request_success_total, every
+    reason). vLLM counts an answer here in the same step that drops it from the unfinished
+    requests its admission limit counts (AsyncLLM's output handler), which can be long
+    before its client has read the answer's last byte from a loaded API server."""
+    text = http_get(engine.url + "/metrics", timeout=timeout_s).text
+    prefix = "vllm:request_success_total{"
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(prefix))
+
+
 def engine_state(engine: Engine) -> str:
     """The engine's running/waiting gauges and its last 15 log lines."""
     try:
