@@ -53,6 +53,14 @@ def _check_api_key(ns: argparse.Namespace) -> None:
         raise UsageError(f"--api-key names ${ns.api_key}, which is not set")
 
 
+def _check_url(url: str, name: str) -> None:
+    from harness.urls import url_problem
+
+    problem = url_problem(url)
+    if problem is not None:
+        raise UsageError(f"{name}: {problem}")
+
+
 MAX_REQUESTS = 1_000_000
 MAX_CONCURRENCY = 1000
 
@@ -121,8 +129,7 @@ def _probe(sub: argparse._SubParsersAction) -> None:
             raise UsageError(
                 f"--requests must be 1 to {MAX_REQUESTS} and --concurrency 1 to {MAX_CONCURRENCY}"
             )
-        if not ns.url.startswith(("http://", "https://")):
-            raise UsageError(f"{ns.url!r} is not an http(s) URL")
+        _check_url(ns.url, "the URL")
         _check_api_key(ns)
         for name in ("stall_timeout", "ttft_slo", "itl_slo", "timeout"):
             _positive_seconds(ns, name)
@@ -206,6 +213,7 @@ def _load(sub: argparse._SubParsersAction) -> None:
         from harness.load import LoadError, LoadRun
         from harness.streams.summary import count_outcomes
 
+        _check_url(ns.url, "the URL")
         data = apply_sets(load_yaml(ns.config) if ns.config else {}, ns.set)
         unknown = sorted(set(data) - {"load", "slo"})
         if unknown:
@@ -379,8 +387,7 @@ def _run_canary(ns: argparse.Namespace) -> int:
     from harness.files import write_atomic
 
     for name in ("baseline", "candidate"):
-        if not getattr(ns, name).startswith(("http://", "https://")):
-            raise UsageError(f"--{name} {getattr(ns, name)!r} is not an http(s) URL")
+        _check_url(getattr(ns, name), f"--{name}")
     if not 0 <= ns.min_agreement <= 1:
         raise UsageError(f"--min-agreement must be between 0 and 1, not {ns.min_agreement:g}")
     if ns.agree_after_tokens < 0:

@@ -86,6 +86,29 @@ def test_values_out_of_range_are_refused(args, command, said):
 
 
 @pytest.mark.process
+@pytest.mark.parametrize(
+    "args, command, said",
+    [
+        (["load", "http://me:hunter2@127.0.0.1:9"], "load", "the URL: carries a user name"),
+        (["load", "127.0.0.1:9"], "load", "the URL: '127.0.0.1:9' is not an http:// or"),
+        (["canary", "--baseline", "http://127.0.0.1:9", "--candidate", "https://:hunter2@c"],
+         "canary", "--candidate: carries a user name or password"),
+        (["canary", "--baseline", "http://127.0.0.1:99999", "--candidate", "http://c"],
+         "canary", "--baseline: is not a URL rollcheck can read"),
+        (["sim", "--pd-role", "decode", "--pd-prefill-url", "http://u:hunter2@p"], "sim",
+         "pd_prefill_url: carries a user name"),
+    ],
+)  # fmt: skip
+def test_a_url_is_checked_before_anything_is_sent_and_a_password_never_repeated(
+    args, command, said
+):
+    """A URL is printed and written with the run: one carrying a password is refused (the
+    key comes from an environment variable), and the password is not in the error."""
+    line = one_line(cli(*args), command)
+    assert said in line and "hunter2" not in line, line
+
+
+@pytest.mark.process
 def test_plan_takes_percentages_as_the_deployment_controller_rounds_them():
     r = cli("plan", "--replicas", "10", "--max-surge", "25%", "--max-unavailable", "25%")
     assert r.returncode == 0, r.stderr

@@ -267,6 +267,25 @@ def test_a_secret_in_a_bad_set_is_never_echoed():
     assert "sk-live-987654321" not in str(exc.value) and "<hidden>" in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["kube.gateway_url=http://me:hunter2@gw.example:80"], "carries a user name or password"),
+        (["kube.gateway_url=gw.example:80"], "is not an http:// or https:// URL"),
+        (["engine.pd_role=decode", "engine.pd_prefill_url=http://:hunter2@p:80"], "carries a user"),
+    ],
+)
+def test_a_url_given_to_rollcheck_is_checked_and_a_password_in_it_never_echoed(sets, message):
+    """A URL is printed and written into the run folder: one carrying a password is refused,
+    before anything is sent, without repeating the password; the key's place is an
+    environment variable."""
+    from harness.config.schema import load_config
+
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_config(None, sets)
+    assert "hunter2" not in str(exc.value)
+
+
 yaml_text = st.text(alphabet=st.sampled_from(list("ab: -[]{}&*,\n'\"!|>#%@`0.\t")), max_size=200)
 
 

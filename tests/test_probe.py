@@ -68,7 +68,8 @@ def test_probe_api_key_is_sent_but_never_written(sim_factory, tmp_path):
     "args, message",
     [
         (["http://127.0.0.1:1", "-n", "0"], "--requests"),
-        (["not-a-url"], "not an http(s) URL"),
+        (["not-a-url"], "not an http:// or https:// URL"),
+        (["http://user:hunter2@127.0.0.1:1"], "carries a user name or password"),
         (["http://127.0.0.1:1", "--api-key", "NO_SUCH_VAR_XYZ"], "not set"),
     ],
 )
@@ -77,3 +78,4 @@ def test_probe_bad_usage_is_one_line_exit_2(args, message):
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "hunter2" not in result.stderr  # a password in the URL is never repeated

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import RollcheckError
 from harness.secrets import is_secret_name
+from harness.urls import carries_credentials
 from harness.yamlsafe import YamlInputError, load_one
 
 
@@ -33,6 +34,13 @@ def is_secret(key: str) -> bool:
     """A setting whose value is never echoed (an error shows <hidden> instead): the last
     part of a dotted key, by the one rule (harness/secrets.py)."""
     return is_secret_name(key.rsplit(".", 1)[-1])
+
+
+def said_set(item: str) -> str:
+    """A `--set key=value` as an error may echo it: the value hidden when the key names a
+    secret or the value is a URL carrying a user name or password."""
+    key = item.split("=", 1)[0]
+    return f"{key}=<hidden>" if is_secret(key) or carries_credentials(item) else item
 
 
 def shown(key: str, value: Any) -> str:
@@ -65,7 +73,7 @@ def apply_sets(data: dict, sets: list[str]) -> dict:
     out = _deep_copy(data)
     for item in sets:
         key, sep, raw = item.partition("=")
-        said = f"{key}=<hidden>" if is_secret(key) else item
+        said = said_set(item)
         if not sep or not key.strip():
             raise ConfigError(f"--set {said!r}: expected key=value, e.g. engine.ttft_s=0.2")
         try:

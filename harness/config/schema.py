@@ -12,10 +12,11 @@ from pathlib import Path
 
 from harness import rollout_math
 from harness.config.load import LoadSettings
-from harness.config.reader import ConfigError, apply_sets, build, is_secret, load_yaml
+from harness.config.reader import ConfigError, apply_sets, build, load_yaml, said_set
 from harness.engines.kinds import KINDS
 from harness.sim.settings import SimSettings
 from harness.streams.sse import MAX_EVENT_BYTES, event_limit_problem
+from harness.urls import url_problem
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rollcheck.yaml"
 
@@ -364,6 +365,8 @@ class Kube:
     pd_prefill_deployment: str | None = None
 
     def validate(self) -> None:
+        if self.gateway_url and url_problem(self.gateway_url):
+            raise ValueError(f"kube.gateway_url: {url_problem(self.gateway_url)}")
         if self.route and not (self.stable_service and self.candidate_service):
             raise ValueError(
                 "kube.route needs kube.stable_service and kube.candidate_service: the two "
@@ -725,9 +728,7 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> RunC
         return build(RunConfig, data)
     except ConfigError as exc:
         culprit = _culprit(str(exc), sets or [])
-        if culprit and is_secret(culprit.split("=", 1)[0]):
-            culprit = culprit.split("=", 1)[0] + "=<hidden>"  # a secret is never echoed
-        where = f"--set {culprit}" if culprit else str(path) if path else "config"
+        where = f"--set {said_set(culprit)}" if culprit else str(path) if path else "config"
         raise ConfigError(f"{where}: {exc}") from None
 
 
@@ -744,7 +745,7 @@ def _renamed(data: dict, path: Path | None, sets: list[str]) -> None:
         part = data.get(section)
         if isinstance(part, dict) and key in part:
             given = [s for s in sets if s.split("=", 1)[0].strip() == f"{section}.{key}"]
-            where = f"--set {given[-1]}" if given else str(path) if path else "config"
+            where = f"--set {said_set(given[-1])}" if given else str(path) if path else "config"
             raise ConfigError(f"{where}: {message}")
 
 

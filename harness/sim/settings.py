@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
+from harness.urls import url_problem
+
 # How streams still open end when the engine stops serving them (at SIGTERM with
 # --shutdown-timeout 0, or at the drain deadline). Measured on vLLM 0.32 (docs/facts.md,
 # benchmarks/bench_engine_sigterm.py): a race between `error_event` (the EngineCore error
@@ -96,8 +98,8 @@ class SimSettings:
             raise ValueError("memory_mb_per_1k_tokens must not be negative")
         if self.pd_role not in PD_ROLES:
             raise ValueError(f"pd_role must be one of {', '.join(map(repr, PD_ROLES))}")
-        if self.pd_prefill_url and not self.pd_prefill_url.startswith(("http://", "https://")):
-            raise ValueError(f"pd_prefill_url is an http URL, not {self.pd_prefill_url!r}")
+        if self.pd_prefill_url and url_problem(self.pd_prefill_url):
+            raise ValueError(f"pd_prefill_url: {url_problem(self.pd_prefill_url)}")
         if self.pd_prefill_url and self.pd_role != "decode":
             raise ValueError("pd_prefill_url is the decode role's (pd_role decode)")
         if self.pd_kv_load_failure not in KV_LOAD_FAILURE:
