@@ -6,6 +6,8 @@ scenario's orders as a user runs it; the prefill Deployment put back at the end.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -126,3 +128,7 @@ def test_a_revision_aware_pd_rollout_on_a_cluster_passes(
         r.stdout[-3000:],
     )
     assert pd["summary"]["mixed"] == 0 and pd["summary"]["counts"].get("v2")
+    run = Path(s["report"]).parent
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    acts = [e["detail"] for e in events if e["detail"].get("action") == "rollout"]
+    assert len(acts) == 1 and acts[0]["roles"] == ["prefill", "decode"], acts  # one act

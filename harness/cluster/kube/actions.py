@@ -68,6 +68,13 @@ class Actions:
     def rollout(self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None):
         changes = strategy_changes(max_surge, max_unavailable, min_ready_s)
         self.c.action("rollout", to_version=version, engine=engine or {}, **changes)
+        self.start_rollout(version, engine, max_surge, max_unavailable, min_ready_s)
+
+    def start_rollout(
+        self, version, engine=None, max_surge=None, max_unavailable=None, min_ready_s=None
+    ) -> None:
+        """The rollout's patch, under an act its caller has recorded (pd_rollout records
+        one act for both roles)."""
         self.restore.mark_pending()
         dep = self.c.apps.read_namespaced_deployment(self.c.deployment, self.c.ns)
         body = self.rollout_body(dep, version, engine, max_surge, max_unavailable)

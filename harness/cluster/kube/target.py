@@ -324,7 +324,7 @@ class KubeTarget(Target):
             if role == "prefill":
                 self.prefill.rollout(version, engine)
             else:
-                self.actions.rollout(version, engine)
+                self.actions.start_rollout(version, engine)  # under the one act above
         return acted
 
     def pd_rollout_done(self, role: str) -> bool:
