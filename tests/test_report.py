@@ -109,6 +109,68 @@ def test_report_renders(tmp_path, n, broken, verdict):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("act", ["kill", "to_zero"])
+def test_a_pd_prefill_run_shows_each_prefill_waiting_on_the_act_and_the_decode_pods_view(
+    tmp_path, act
+):
+    folder = make_run(tmp_path / "run", 20, 2, "fail")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["pd_prefill"] = {
+        "act": act,
+        "victim": "prefill-7f9c-abc12",
+        "prefill_recovered_s": 4.25 if act == "kill" else None,
+        "waiting": [
+            {"request_id": "rc-1-<b>", "status": 502, "upstream_status": "502", "ended_s": 0.4},
+            {"request_id": "rc-2", "status": 200, "upstream_status": None, "ended_s": 31.0},
+        ],
+        "decode_view": {"passed_on": 1, "fallback": 3, "why": {"connect refused ...": 4}},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    page = write_report(folder).read_text()
+    title = (
+        "P/D prefill: the prefill role scaled to zero"
+        if act == "to_zero"
+        else "P/D prefill: prefill pod prefill-7f9c-abc12 killed"
+    )
+    assert title in page
+    assert "2 prefills in flight there at the act" in page
+    assert "<code>rc-1-&lt;b&gt;</code></td><td class=num>502</td>" in page
+    assert "<td class=num>+31.0</td>" in page
+    assert "passed 1 failed prefills on as their client's error and prefilled 3" in page
+    assert "4 × connect refused ..." in page
+    served = "served again 4.2 s after" if act == "kill" else "did not serve again within"
+    assert served in page
+    assert "None" not in page.split(title)[1].split("<h2>")[0]
+
+
+@pytest.mark.unit
+def test_hand_edited_pd_sections_render_as_text_not_a_traceback(tmp_path):
+    """A summary edited by hand: text where the P/D sections keep seconds, markup in it."""
+    folder = make_run(tmp_path / "run", 10, 0, "pass")
+    summary = json.loads((folder / "summary.json").read_text())
+    bad = "<i>soon</i>"
+    summary["pd_prefill"] = {
+        "act": "kill",
+        "victim": "p<1>",
+        "prefill_recovered_s": bad,
+        "waiting": [{"request_id": "r", "status": 200, "upstream_status": None, "ended_s": bad}],
+        "decode_view": {"passed_on": 0, "fallback": 0, "why": {}},
+    }
+    summary["pd_rollout"] = {
+        "versions": ["v1", "v2"],
+        "order": "together",
+        "roles_finished_s": {"prefill": bad, "decode": None},
+        "summary": {"mixed": 1, "counts": {"mixed": 1}, "first_mixed_s": bad, "last_mixed_s": 2,
+                    "mixing_s": bad, "answers": 1},
+        "answers": [{"version": "mixed", "sent_s": bad, "prompt_id": "p"}],
+    }  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+    page = write_report(folder).read_text()
+    assert "<i>" not in page and page.count("&lt;i&gt;soon&lt;/i&gt;") == 6
+    assert "prefill pod p&lt;1&gt; killed" in page and "decode rolled by – s" in page
+
+
+@pytest.mark.unit
 def test_report_is_self_contained_and_small_at_10000_streams(tmp_path):
     folder = make_run(tmp_path / "big", 10_000, 40, "fail")
     page = write_report(folder).read_text()

@@ -80,6 +80,15 @@ def _fmt(x, unit="s", nd=3) -> str:
     return f"{x:.{nd}f} {unit}".strip()
 
 
+def _signed(x, nd: int = 1) -> str:
+    """Seconds from the act with their sign (+1.5); anything else as escaped text."""
+    if x is None:
+        return "–"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return _e(x)
+    return f"{x:+.{nd}f}"
+
+
 def _pct(x, nd: int = 1) -> str:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return _e(x)
@@ -212,6 +221,7 @@ def render(summary: dict, records: list[StreamRecord], events: list[Event]) -> s
         _weighted_section(summary.get("weighted_canary")),
         _shadow_section(summary.get("shadow")),
         _pd_section(summary.get("pd_rollout")),
+        _pd_prefill_section(summary.get("pd_prefill")),
         _lint_section(summary.get("lint") or []),
         _calibration_section(summary.get("calibration")),
         _outcome_table(summary),
@@ -592,7 +602,7 @@ def _pd_section(pd: dict | None) -> str:
     counts = s.get("counts") or {}
     order = str(pd.get("order", "")).replace("_", " ")
     finished = pd.get("roles_finished_s") or {}
-    rolled = "; ".join(f"{role} rolled by {t:+.1f} s" for role, t in finished.items())
+    rolled = "; ".join(f"{_e(role)} rolled by {_signed(t)} s" for role, t in finished.items())
     said = ", ".join(
         f"{counts.get(k, 0)} {label}"
         for k, label in (
@@ -604,7 +614,7 @@ def _pd_section(pd: dict | None) -> str:
         if counts.get(k)
     )
     rows = "".join(
-        f"<tr><td class=num>{float(a.get('sent_s') or 0):+.1f}</td>"
+        f"<tr><td class=num>{_signed(a.get('sent_s'))}</td>"
         f"<td>{_e(a.get('prompt_id'))}</td>"
         f"<td>{_e(a.get('decode_pod') or 'not traced')}</td>"
         f"<td>{_e(a.get('prefill_pod') or 'not logged')}</td>"
@@ -619,15 +629,67 @@ def _pd_section(pd: dict | None) -> str:
         else ""
     )
     mixing = (
-        f" Mixed answers from {s['first_mixed_s']:+.1f} s to {s['last_mixed_s']:+.1f} s "
-        f"({s['mixing_s']:.1f} s)."
+        f" Mixed answers from {_signed(s.get('first_mixed_s'))} s to "
+        f"{_signed(s.get('last_mixed_s'))} s ({_fmt(s.get('mixing_s'), 's', 1)})."
         if s.get("mixed")
         else ""
     )
     return (
         f"<h2>P/D rollout to {_e(versions[1])}, {_e(order)}</h2>"
-        f"<p>{_e(rolled)}. {_e(s.get('answers', 0))} golden answers through the gateway while "
-        f"the roles rolled: {_e(said or 'none')}.{_e(mixing)}</p>{table}"
+        f"<p>{rolled}. {_e(s.get('answers', 0))} golden answers through the gateway while "
+        f"the roles rolled: {_e(said or 'none')}.{mixing}</p>{table}"
+    )
+
+
+PREFILL_ACTS = {"drain": "drained", "kill": "killed"}
+
+
+def _pd_prefill_section(p: dict | None) -> str:
+    """pd_prefill: the prefills in flight on the victim (on the whole role, scaled to zero)
+    at the act, each with how and when it ended (the prefill Service's log), when the role
+    served again, and what the decode pods did with the prefills that failed (their logs)."""
+    if not p:
+        return ""
+    act, victim = p.get("act"), p.get("victim")
+    title = (
+        "the prefill role scaled to zero"
+        if act == "to_zero"
+        else f"prefill pod {victim} {PREFILL_ACTS.get(act, act)}"
+    )
+    back = p.get("prefill_recovered_s")
+    served = (
+        "The prefill role did not serve again within scenario.recovery_s."
+        if back is None
+        else f"The prefill role served again {_fmt(back, 's', 1)} after the act."
+    )
+    view = p.get("decode_view") or {}
+    why = view.get("why") or {}
+    decode = (
+        f"The decode pods passed {_e(view.get('passed_on', 0))} failed prefills on as their "
+        f"client's error and prefilled {_e(view.get('fallback', 0))} themselves"
+        + (
+            ": " + "; ".join(f"{_e(n)} × {_e(w)}" for w, n in list(why.items())[:5]) + "."
+            if why
+            else "."
+        )
+    )
+    waiting = p.get("waiting") or []
+    rows = "".join(
+        f"<tr><td><code>{_e(w.get('request_id') or 'no request id')}</code></td>"
+        f"<td class=num>{_e(w.get('status'))}</td>"
+        f"<td class=num>{_e(w.get('upstream_status') or '–')}</td>"
+        f"<td class=num>{_signed(w.get('ended_s'))}</td></tr>"
+        for w in waiting
+    )
+    table = (
+        "<table><tr><th>prefill request</th><th>answered</th><th>upstream</th>"
+        f"<th>ended</th></tr>{rows}</table>"
+        if rows
+        else "<p class=muted>No prefill was in flight there at the act.</p>"
+    )
+    return (
+        f"<h2>P/D prefill: {_e(title)}</h2><p>{len(waiting)} prefills in flight there at the "
+        f"act (the prefill Service's log), each as it ended. {served} {decode}</p>{table}"
     )
 
 

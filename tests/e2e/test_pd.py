@@ -4,6 +4,8 @@ the revision-aware control PASSes in the well-configured night (test_detection.p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.e2e.test_detection import failed_checks
 from tests.scenario_runs import run_scenarios
 
@@ -49,6 +51,10 @@ def test_a_killed_prefill_pods_waiting_decodes_pass_its_failure_on_without_the_f
     view = s["pd_prefill"]["decode_view"]
     assert view["passed_on"] > 0 and view["fallback"] == 0
     assert any(w["status"] == 502 for w in s["pd_prefill"]["waiting"])
+    page = (Path(s["report"]).parent / "report.html").read_text()
+    victim = s["pd_prefill"]["victim"]
+    assert f"P/D prefill: prefill pod {victim} killed" in page  # the reviewer's view of it
+    assert "<td class=num>502</td>" in page
 
 
 def test_a_decode_hanging_on_a_drained_prefill_is_caught(tmp_path):
