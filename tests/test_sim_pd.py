@@ -21,6 +21,18 @@ pytestmark = pytest.mark.process
 PROMPT = [{"role": "user", "content": "what does a rollout do to a stream?"}]
 
 
+CHAT = "/v1/chat/completions"
+
+
+def gauges(sim) -> tuple[float, float]:
+    """The engine's own counts of requests running and waiting."""
+    text = httpx.get(sim.url + "/metrics", timeout=5).text
+    value = lambda name: next(  # noqa: E731
+        float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{")
+    )
+    return value("vllm:num_requests_running"), value("vllm:num_requests_waiting")
+
+
 def ask(url: str, stream: bool = True, timeout: float = 20.0) -> tuple[int, str, list]:
     """The status, the answer's text and its SSE data lines (the events after the text)."""
     body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 24, "stream": stream}
@@ -168,6 +180,44 @@ def test_a_prefill_killed_after_its_prefill_fails_the_decodes_read(sim_factory):
     ask_body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 8, "stream": True}
     ask_body["kv_transfer_params"] = params["kv_transfer_params"]
     r = httpx.post(decode.url + "/v1/chat/completions", json=ask_body, timeout=20)
+    assert r.status_code == 200 and "Internal server error" in r.text and "[DONE]" in r.text
+
+
+def test_a_read_from_a_gone_prefill_that_never_ends_holds_the_request(sim_factory):
+    """pd_kv_read_lost hang: the decode's KV pull from a dead prefill stays in progress (as
+    vLLM 0.32's did once in CI): headers, then not one byte, the request counted waiting
+    (as vLLM counts one WAITING_FOR_REMOTE_KVS), until the client gives up; then it is
+    gone from the engine's counts."""
+    prefill = sim_factory(pd_role="prefill")
+    decode = sim_factory(pd_role="decode", pd_prefill_url=prefill.url, pd_kv_read_lost="hang")
+    body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 1}
+    body["kv_transfer_params"] = {"do_remote_decode": True}
+    params = httpx.post(prefill.url + "/v1/chat/completions", json=body, timeout=10).json()
+    prefill.proc.kill()
+    prefill.proc.wait(10)
+    ask_body = {"model": "rollcheck-sim", "messages": PROMPT, "max_tokens": 8, "stream": True}
+    ask_body["kv_transfer_params"] = params["kv_transfer_params"]
+    got = b""
+    timeout = httpx.Timeout(10, read=2)
+    with httpx.stream("POST", decode.url + CHAT, json=ask_body, timeout=timeout) as r:
+        assert r.status_code == 200
+        deadline = time.monotonic() + 5
+        while gauges(decode) != (0, 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gauges(decode) == (0, 1)  # the pull, in progress, while its client waits
+        with pytest.raises(httpx.ReadTimeout):
+            for chunk in r.iter_raw():
+                got += chunk
+    assert got == b"", got  # not even the role chunk: it comes with the first token
+    deadline = time.monotonic() + 10
+    while gauges(decode) != (0, 0) and time.monotonic() < deadline:  # the client gone
+        time.sleep(0.1)
+    assert gauges(decode) == (0, 0)
+    with pytest.raises(httpx.ReadTimeout):  # unstreamed: no answer at all
+        httpx.post(decode.url + CHAT, json=ask_body | {"stream": False}, timeout=timeout)
+    # with fail (the default), the same read fails the request at once
+    failing = sim_factory(pd_role="decode", pd_prefill_url=prefill.url)
+    r = httpx.post(failing.url + CHAT, json=ask_body, timeout=20)
     assert r.status_code == 200 and "Internal server error" in r.text and "[DONE]" in r.text
 
 

@@ -100,6 +100,11 @@ RACE_WEIGHTS = {"hang": 12, "error_event": 9, "abort": 2}
 DEADLINE_WEIGHTS = {"hang": 2, "error_event": 4}
 
 
+# a P/D decode's KV pull from a prefill engine that is gone, in progress for ever (not a
+# fault a request can ask for: pd_kv_read_lost hang)
+KV_PULL_HANG = "kv_pull_hang"
+
+
 @dataclass
 class Fault:
     kind: str
@@ -407,6 +412,7 @@ class Engine:
         self._exit_scheduled = False
         self.running = 0
         self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.fetching = 0  # requests on a KV pull that never ends (pd_kv_read_lost hang)
         self.streams: set[Stream] = set()
         self.metrics = Metrics(settings.model)
         self.rng = random.Random(settings.seed)
@@ -425,7 +431,7 @@ class Engine:
             return True
         fut = asyncio.get_running_loop().create_future()
         self.waiting.append(fut)
-        self.metrics.waiting.set(len(self.waiting))
+        self._show_waiting()
         ender = asyncio.ensure_future(stream.woken.wait())
         try:
             await asyncio.wait({fut, ender}, return_when=asyncio.FIRST_COMPLETED)
@@ -435,8 +441,24 @@ class Engine:
             return True  # the slot was handed over by release()
         fut.cancel()
         self.waiting.remove(fut)
-        self.metrics.waiting.set(len(self.waiting))
+        self._show_waiting()
         return False
+
+    def _show_waiting(self) -> None:
+        self.metrics.waiting.set(len(self.waiting) + self.fetching)
+
+    async def fetch_forever(self, stream: Stream) -> None:
+        """A KV pull from a prefill engine that is gone, never noticed (pd_kv_read_lost
+        hang): the request waits, counted among the waiting as vLLM counts a request
+        WAITING_FOR_REMOTE_KVS, and never takes a slot, until its client leaves or the
+        engine stops."""
+        self.fetching += 1
+        self._show_waiting()
+        try:
+            await stream.woken.wait()
+        finally:
+            self.fetching -= 1
+            self._show_waiting()
 
     def _take_slot(self) -> None:
         self.running += 1
@@ -451,7 +473,7 @@ class Engine:
                 self._take_slot()
                 fut.set_result(None)
                 break
-        self.metrics.waiting.set(len(self.waiting))
+        self._show_waiting()
         self.metrics.running.set(self.running)
         self.metrics.kv_cache.set(self.running / self.s.max_num_seqs)
 
@@ -800,6 +822,11 @@ class SimApp:
         disconnected = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, disconnected, stream))
         try:
+            if fault is not None and fault.kind == KV_PULL_HANG and not req.stream:
+                await self.engine.fetch_forever(stream)
+                if not disconnected.is_set():  # the engine stopped under it
+                    await _respond(send, 500, SHUTDOWN_500, close=True)
+                return
             if req.stream:
                 await StreamAnswer(
                     self, req, stream, tokens, finish, fault, send, disconnected
@@ -843,6 +870,9 @@ class SimApp:
             req.remote_kv = True
             _log(f"P/D {name}: KV from {loaded.remote} (weights {loaded.weights})")
             return mixed_weights(loaded.weights, weights), fault, {}
+        if loaded.lost and self.s.pd_kv_read_lost == "hang":
+            _log(f"P/D {name}: {loaded.why}; KV fetch: 1 in progress, with no timeout")
+            return weights, Fault(KV_PULL_HANG), {}
         if self.s.pd_kv_load_failure == "recompute":
             _log(f"P/D {name}: {loaded.why}; its prefill computed here again")
             return weights, fault, {}
@@ -987,6 +1017,10 @@ class StreamAnswer:
                 _keep_alive(self.send, self.s.sse_keep_alive_interval_s)
             )
         try:
+            if self.fault is not None and self.fault.kind == KV_PULL_HANG:
+                await self.engine.fetch_forever(self.stream)  # headers, then not one byte
+                await self.end()
+                return
             first_at = await self.admit()
             await self.role_chunk()
             await self.decode(first_at)

@@ -62,6 +62,7 @@ class Loaded:
     weights: str | None
     remote: str  # the prefill engine's host:port
     why: str = ""
+    lost: bool = False  # the prefill engine was not there to read from (gone, silent)
 
 
 @dataclass
@@ -170,7 +171,8 @@ class PD:
             status, answer = await _http("GET", url, b"", {}, HANDSHAKE_S)
             got = json.loads(answer) if status == 200 else {}
         except (OSError, TimeoutError, ValueError) as exc:
-            return Loaded(None, remote, f"KV read from {remote}: {type(exc).__name__} {exc}")
+            why = f"KV read from {remote}: {type(exc).__name__} {exc}"
+            return Loaded(None, remote, why, lost=not isinstance(exc, ValueError))
         if status != 200:
             return Loaded(None, remote, f"KV read from {remote}: HTTP {status}")
         if got.get("compatibility_hash") != self.compat():

@@ -20,6 +20,9 @@ DRAIN_NEW_REQUESTS = ("500", "abort", "503")
 FAULT_KINDS = ("http_error", "error_event", "stall", "crash")
 PD_ROLES = ("", "prefill", "decode")
 KV_LOAD_FAILURE = ("fail", "recompute")  # vLLM's kv_transfer_config.kv_load_failure_policy
+# a KV read from a prefill engine that is gone: the transport notices (an error at once) or
+# the pull stays in progress (vLLM 0.32 has no decode-side timeout on it: docs/facts.md)
+KV_READ_LOST = ("fail", "hang")
 
 
 @dataclass
@@ -75,6 +78,7 @@ class SimSettings:
     pd_kv_layout: str = "bfloat16"
     pd_handshake_weights: bool = False
     pd_kv_load_failure: str = "fail"
+    pd_kv_read_lost: str = "fail"
     pd_prefill_timeout_s: float = 0.0
     pd_prefill_fallback: bool = False
     pd_kv_lease_s: float = 480.0
@@ -104,6 +108,8 @@ class SimSettings:
             raise ValueError("pd_prefill_url is the decode role's (pd_role decode)")
         if self.pd_kv_load_failure not in KV_LOAD_FAILURE:
             raise ValueError(f"pd_kv_load_failure must be one of {', '.join(KV_LOAD_FAILURE)}")
+        if self.pd_kv_read_lost not in KV_READ_LOST:
+            raise ValueError(f"pd_kv_read_lost must be one of {', '.join(KV_READ_LOST)}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith(("_s", "_rate")) and value < 0:
@@ -172,6 +178,10 @@ _HELP = {
     "weights computed is refused (a revision-aware set-up)",
     "pd_kv_load_failure": "decode: a KV that cannot be read or is refused fails the request "
     "(fail: an in-stream error, vLLM's default) or is computed again here (recompute)",
+    "pd_kv_read_lost": "decode: a KV read from a prefill engine that is gone fails at once "
+    "(fail: the transport notices, then as pd_kv_load_failure says) or never ends (hang: "
+    "the pull stays in progress, no byte after the headers until the client leaves, as "
+    "vLLM 0.32's NIXL pull did once over TCP)",
     "pd_prefill_timeout_s": "decode: how long the sidecar waits for a prefill (0: for ever, "
     "as llm-d's sidecar)",
     "pd_prefill_fallback": "decode: a prefill that fails (no answer, an error status, the "
