@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 KEY_FROM_ENV = "give the key through an environment variable (--api-key, load.api_key_env)"
 
 
-# scheme://user[:password]@ anywhere in a text: a URL that carries a credential
-_USERINFO = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s@]*@", re.IGNORECASE)
+# scheme://user[:password]@, or user:password@ with the scheme left out, anywhere in a
+# text: a URL that carries a credential
+_USERINFO = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s@]*@|[^/?#\s@:=]+:[^/?#\s@]*@", re.IGNORECASE)
 
 
 def carries_credentials(text: str) -> bool:
@@ -29,10 +30,11 @@ def url_problem(url: str) -> str | None:
         return "is not a URL rollcheck can read (a bad port or [address])"
     if parts.username is not None or parts.password is not None:
         return f"carries a user name or password, which would be written with it; {KEY_FROM_ENV}"
+    shown = "it" if "@" in url else repr(url[:120])  # u:p@host, no scheme: not echoed
     if parts.scheme.lower() not in ("http", "https"):
-        return f"{url[:120]!r} is not an http:// or https:// URL"
+        return f"{shown} is not an http:// or https:// URL"
     if not parts.hostname:
-        return f"{url[:120]!r} has no host"
+        return f"{shown} has no host"
     if not port_ok:
-        return f"{url[:120]!r} has port 0"
+        return f"{shown} has port 0"
     return None
