@@ -273,6 +273,7 @@ def test_a_secret_in_a_bad_set_is_never_echoed():
         (["kube.gateway_url=http://me:hunter2@gw.example:80"], "carries a user name or password"),
         (["kube.gateway_url=gw.example:80"], "is not an http:// or https:// URL"),
         (["kube.gateway_url=me:hunter2@gw.example"], "it is not an http:// or https:// URL"),
+        (["kube.gateway_url=[http://me:hunter2@gw]"], "expected text, got <hidden>"),
         (["engine.pd_role=decode", "engine.pd_prefill_url=http://:hunter2@p:80"], "carries a user"),
     ],
 )

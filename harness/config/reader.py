@@ -44,7 +44,9 @@ def said_set(item: str) -> str:
 
 
 def shown(key: str, value: Any) -> str:
-    return "<hidden>" if is_secret(key) else repr(value)
+    """A setting's value as an error may echo it: hidden as said_set hides it."""
+    said = repr(value)
+    return "<hidden>" if is_secret(key) or carries_credentials(said) else said
 
 
 def load_yaml(path: Path) -> dict:
