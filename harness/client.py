@@ -84,10 +84,10 @@ class StreamClient:
     reader, about half httpx's CPU an event under gevent (docs/facts.md). Where an HTTP
     proxy from the environment applies to the URL (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
     less NO_PROXY, read when the client is made, as httpx reads them) the request goes
-    through httpx,
-    which speaks to proxies. Both raise the same exceptions by name, so a record's error
-    reads the same whichever read it; at most max_connections at once (a request past
-    them waits up to the stall timeout, then is a stall, as httpx's pool does)."""
+    through httpx, which speaks to proxies. Both raise the same exceptions by name, so a
+    record's error reads the same whichever read it; at most max_connections at once (a
+    request past them waits up to the stall timeout, then is a stall, as httpx's pool
+    does)."""
 
     def __init__(
         self,

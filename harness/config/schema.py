@@ -365,8 +365,8 @@ class Kube:
     pd_prefill_deployment: str | None = None
 
     def validate(self) -> None:
-        if self.gateway_url and url_problem(self.gateway_url):
-            raise ValueError(f"kube.gateway_url: {url_problem(self.gateway_url)}")
+        if self.gateway_url and (problem := url_problem(self.gateway_url)):
+            raise ValueError(f"kube.gateway_url: {problem}")
         if self.route and not (self.stable_service and self.candidate_service):
             raise ValueError(
                 "kube.route needs kube.stable_service and kube.candidate_service: the two "

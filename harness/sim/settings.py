@@ -102,8 +102,8 @@ class SimSettings:
             raise ValueError("memory_mb_per_1k_tokens must not be negative")
         if self.pd_role not in PD_ROLES:
             raise ValueError(f"pd_role must be one of {', '.join(map(repr, PD_ROLES))}")
-        if self.pd_prefill_url and url_problem(self.pd_prefill_url):
-            raise ValueError(f"pd_prefill_url: {url_problem(self.pd_prefill_url)}")
+        if self.pd_prefill_url and (problem := url_problem(self.pd_prefill_url)):
+            raise ValueError(f"pd_prefill_url: {problem}")
         if self.pd_prefill_url and self.pd_role != "decode":
             raise ValueError("pd_prefill_url is the decode role's (pd_role decode)")
         if self.pd_kv_load_failure not in KV_LOAD_FAILURE:
