@@ -14,23 +14,12 @@ import time
 import httpx
 import pytest
 
+from harness.engines.lab import CHAT, gauges  # (running, waiting) by the engine's /metrics
 from harness.sim.pd import mixed_weights
 
 pytestmark = pytest.mark.process
 
 PROMPT = [{"role": "user", "content": "what does a rollout do to a stream?"}]
-
-
-CHAT = "/v1/chat/completions"
-
-
-def gauges(sim) -> tuple[float, float]:
-    """The engine's own counts of requests running and waiting."""
-    text = httpx.get(sim.url + "/metrics", timeout=5).text
-    value = lambda name: next(  # noqa: E731
-        float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{")
-    )
-    return value("vllm:num_requests_running"), value("vllm:num_requests_waiting")
 
 
 def ask(url: str, stream: bool = True, timeout: float = 20.0) -> tuple[int, str, list]:
